@@ -1,0 +1,296 @@
+"""Typed configuration: one dataclass per Hydra config group, registered in the ConfigStore.
+
+`conf/config.yaml` composes the groups on top of these schemas, so Hydra rejects unknown keys
+and wrongly typed values while composing. `validate` adds the cross-field checks that a schema
+cannot express (fan-out length vs. layers, positive sizes, ...). Everything below `app.__main__`
+receives the plain `Config` object (via `OmegaConf.to_object`), never a `DictConfig`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import II, OmegaConf
+
+DATASETS = ("synthetic_products", "synthetic_mag", "ogbn_products", "ogbn_mag")
+MODELS = ("sage", "gat", "gcn", "mlp")
+PARTITION_METHODS = ("metis", "random")
+SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
+TEMPORAL_STRATEGIES = ("uniform", "last")
+CLUSTER_MODES = ("local", "env", "ssh")
+TASKS = ("train", "partition")
+TRAIN_OBJECTIVES = ("node", "link")
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the key, the value and the fix."""
+
+
+@dataclass
+class DatasetConfig:
+    """Which graph to load. Synthetic sizes apply to the synthetic generators only."""
+
+    name: str = "synthetic_products"
+    root: str = "data"  # data dir: datasets cached/loaded under it
+    num_nodes: int = 100_000  # synthetic: nodes (papers for synthetic_mag)
+    avg_degree: float = 25.0  # synthetic: mean in-degree (directed edges per node)
+    num_features: int = 100
+    num_classes: int = 47
+    num_communities: int = 0  # 0: derived from num_nodes
+    train_frac: float = 0.1
+    val_frac: float = 0.05
+    temporal: bool = False  # synthetic: add node/edge timestamps (`time` attribute)
+
+
+@dataclass
+class PartitionConfig:
+    """How the graph is cut into `num_parts` parts, one per cluster node."""
+
+    method: str = "metis"
+    num_parts: int = II("cluster.num_nodes")
+    recursive: bool = False  # METIS recursive bisection instead of k-way
+    balance_train: bool = True  # balance training nodes across parts (DGL balance_ntypes)
+    balance_edges: bool = True  # balance in-edges across parts (node weight = in-degree)
+    relabel: bool = False  # renumber nodes so each part owns a contiguous range
+    root: str | None = None  # default: <output_dir>/partitions/<dataset fingerprint>
+    overwrite: bool = False
+
+
+@dataclass
+class SamplerConfig:
+    """Neighbour sampling: fan-outs per hop (list) or per edge type (dict of lists)."""
+
+    # Set by conf/sampler/*.yaml: a list there, or a dict per edge type (sampler=mag). The schema
+    # default is None because OmegaConf cannot merge a dict onto a list or back.
+    num_neighbors: Any = None
+    replace: bool = False
+    subgraph_type: str = "directional"
+    disjoint: bool = False
+    time_attr: str | None = None
+    temporal_strategy: str = "uniform"
+    concurrency: int = 2  # batches in flight per trainer (bounded channel depth)
+    rpc_timeout_s: float = 60.0
+    feature_cache_size: int = 0  # rows of remote (halo) features cached per process
+
+
+@dataclass
+class LoaderConfig:
+    batch_size: int = 1024
+    eval_batch_size: int = 4096
+    num_workers: int = 1  # sampler processes per trainer (0: sample in the trainer)
+    shuffle: bool = True
+    drop_last: bool = False
+    neg_sampling: str = "binary"  # link loaders: binary | triplet
+    neg_sampling_ratio: float = 1.0
+
+
+@dataclass
+class ModelConfig:
+    name: str = "sage"
+    hidden_channels: int = 256
+    num_layers: int = 3
+    dropout: float = 0.5
+    heads: int = 4  # GAT only
+    embedding_dim: int = 0  # hetero: learnable embeddings for featureless node types
+
+
+@dataclass
+class TrainConfig:
+    objective: str = "node"  # node classification | link prediction
+    epochs: int = 10
+    lr: float = 0.003
+    weight_decay: float = 0.0
+    sparse_lr: float = 0.01  # learnable embeddings (SparseAdam / SparseAdagrad)
+    sparse_optimizer: str = "adam"  # adam | adagrad
+    eval_every: int = 1
+    max_steps_per_epoch: int = 0  # 0: all batches (>0 caps an epoch, for smoke runs/benches)
+    checkpoint: bool = True
+    resume: bool = False
+
+
+@dataclass
+class ClusterConfig:
+    """Where the processes run. `local` starts every node on 127.0.0.1."""
+
+    mode: str = "local"
+    num_nodes: int = 1
+    procs_per_node: int = 1  # trainer processes per node
+    master_addr: str = "127.0.0.1"
+    master_port: int = 0  # 0: the local launcher picks free ports
+    ip_config: str | None = None  # ssh mode: file with one `host [port]` per line
+    ssh_cmd: str = "ssh"
+    python: str = "python"  # interpreter used on remote hosts (ssh mode)
+    workdir: str | None = None  # ssh mode: where to cd on remote hosts
+    init_timeout_s: float = 120.0  # RPC / process-group rendezvous
+    shutdown_timeout_s: float = 10.0  # SIGTERM → SIGKILL grace
+
+
+@dataclass
+class MlflowConfig:
+    enabled: bool = True
+    tracking_uri: str | None = None  # default: sqlite:///<output_dir>/mlflow.db
+    experiment_name: str = "distgnn"
+    run_name: str | None = None
+
+
+@dataclass
+class Config:
+    task: str = "train"
+    seed: int = 0
+    output_dir: str = "outputs"
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    partition: PartitionConfig = field(default_factory=PartitionConfig)
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    loader: LoaderConfig = field(default_factory=LoaderConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    mlflow: MlflowConfig = field(default_factory=MlflowConfig)
+    experiment: str | None = None  # name of the experiment file, set by conf/experiment/*
+
+    @property
+    def tracking_uri(self) -> str:
+        """The MLflow store: the configured URI, or a SQLite file under the output dir."""
+        if self.mlflow.tracking_uri:
+            return self.mlflow.tracking_uri
+        return f"sqlite:///{Path(self.output_dir).resolve() / 'mlflow.db'}"
+
+
+GROUPS = {
+    "dataset": DatasetConfig,
+    "partition": PartitionConfig,
+    "sampler": SamplerConfig,
+    "loader": LoaderConfig,
+    "model": ModelConfig,
+    "train": TrainConfig,
+    "cluster": ClusterConfig,
+    "mlflow": MlflowConfig,
+}
+
+
+def register_configs() -> None:
+    """Register the root schema and one `<group>/schema` entry per group."""
+    cs = ConfigStore.instance()
+    cs.store(name="schema", node=Config)
+    for group, node in GROUPS.items():
+        cs.store(group=group, name="schema", node=node)
+
+
+def _require(ok: bool, key: str, value: Any, fix: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}={value!r}: {fix}")
+
+
+def _choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
+    _require(value in allowed, key, value, f"expected one of {', '.join(allowed)}")
+
+
+def _check_fanouts(cfg: Config) -> None:
+    fan = cfg.sampler.num_neighbors
+    _require(
+        fan is not None,
+        "sampler.num_neighbors",
+        fan,
+        "not set: e.g. sampler.num_neighbors=[15,10,5]",
+    )
+    layers = cfg.model.num_layers
+    lists = list(fan.values()) if isinstance(fan, dict) else [fan]
+    for hops in lists:
+        _require(
+            isinstance(hops, list) and all(isinstance(k, int) for k in hops),
+            "sampler.num_neighbors",
+            fan,
+            "expected a list of ints per hop, e.g. [15,10,5], or a dict edge_type -> list",
+        )
+        _require(
+            len(hops) == layers,
+            "sampler.num_neighbors",
+            fan,
+            f"has {len(hops)} hops but model.num_layers={layers}; give one fan-out per layer",
+        )
+        _require(
+            all(k == -1 or k > 0 for k in hops),
+            "sampler.num_neighbors",
+            fan,
+            "fan-outs must be positive, or -1 for all neighbours",
+        )
+
+
+def validate(cfg: Config) -> Config:
+    """Cross-field checks run before any data is touched or any process starts."""
+    _choice("task", cfg.task, TASKS)
+    _choice("dataset.name", cfg.dataset.name, DATASETS)
+    _choice("model.name", cfg.model.name, MODELS)
+    _choice("partition.method", cfg.partition.method, PARTITION_METHODS)
+    _choice("sampler.subgraph_type", cfg.sampler.subgraph_type, SUBGRAPH_TYPES)
+    _choice("sampler.temporal_strategy", cfg.sampler.temporal_strategy, TEMPORAL_STRATEGIES)
+    _choice("cluster.mode", cfg.cluster.mode, CLUSTER_MODES)
+    _choice("train.objective", cfg.train.objective, TRAIN_OBJECTIVES)
+    _choice("loader.neg_sampling", cfg.loader.neg_sampling, ("binary", "triplet"))
+    _choice("train.sparse_optimizer", cfg.train.sparse_optimizer, ("adam", "adagrad"))
+    _check_fanouts(cfg)
+    positives = {
+        "loader.batch_size": cfg.loader.batch_size,
+        "loader.eval_batch_size": cfg.loader.eval_batch_size,
+        "train.epochs": cfg.train.epochs,
+        "train.lr": cfg.train.lr,
+        "model.hidden_channels": cfg.model.hidden_channels,
+        "model.num_layers": cfg.model.num_layers,
+        "cluster.num_nodes": cfg.cluster.num_nodes,
+        "cluster.procs_per_node": cfg.cluster.procs_per_node,
+        "partition.num_parts": cfg.partition.num_parts,
+        "sampler.concurrency": cfg.sampler.concurrency,
+        "sampler.rpc_timeout_s": cfg.sampler.rpc_timeout_s,
+        "dataset.num_nodes": cfg.dataset.num_nodes,
+        "dataset.num_features": cfg.dataset.num_features,
+        "dataset.num_classes": cfg.dataset.num_classes,
+    }
+    for key, value in positives.items():
+        _require(value > 0, key, value, "must be > 0")
+    _require(
+        cfg.loader.num_workers >= 0, "loader.num_workers", cfg.loader.num_workers, "must be >= 0"
+    )
+    _require(
+        0 < cfg.dataset.train_frac and cfg.dataset.train_frac + cfg.dataset.val_frac < 1,
+        "dataset.train_frac",
+        cfg.dataset.train_frac,
+        "need 0 < train_frac and train_frac + val_frac < 1",
+    )
+    if cfg.task == "train" and cfg.cluster.num_nodes > 1:
+        _require(
+            cfg.partition.num_parts == cfg.cluster.num_nodes,
+            "partition.num_parts",
+            cfg.partition.num_parts,
+            f"must equal cluster.num_nodes={cfg.cluster.num_nodes} (one part per node)",
+        )
+    if cfg.cluster.mode == "ssh":
+        _require(
+            bool(cfg.cluster.ip_config),
+            "cluster.ip_config",
+            cfg.cluster.ip_config,
+            "ssh mode needs a file with one `host [port]` per line",
+        )
+    return cfg
+
+
+def to_config(node: Any) -> Config:
+    """Turn a composed DictConfig (or a plain dict) into a validated `Config`."""
+    merged = OmegaConf.merge(OmegaConf.structured(Config), node)
+    return validate(OmegaConf.to_object(merged))
+
+
+def save_config(cfg: Config, path: str | os.PathLike) -> None:
+    """Write `cfg` as YAML atomically (children of a job read it back with `load_config`)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
+    os.replace(tmp, path)
+
+
+def load_config(path: str | os.PathLike) -> Config:
+    return to_config(OmegaConf.load(path))

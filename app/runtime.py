@@ -1,0 +1,99 @@
+"""Who this process is in a job: role, ranks, addresses and ports, passed by the launcher via env.
+
+The launcher assigns every rank and port once (`app.launch.plan`) and exports them as
+`DISTGNN_*` variables; children read them back with `Runtime.from_env()`. Nothing below the
+launcher derives ports (no `MASTER_PORT + 1`).
+
+RPC layout (the same on every machine, so any process can name any other without asking):
+each cluster node hosts `procs_per_node` trainers followed by `procs_per_node * num_workers`
+samplers; `rpc_rank = node_rank * procs_per_node * (1 + num_workers) + slot`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, fields
+
+ROLES = ("trainer", "sampler")
+ENV_PREFIX = "DISTGNN_"
+
+
+@dataclass(frozen=True)
+class Runtime:
+    role: str  # "trainer" | "sampler"
+    node_rank: int  # cluster node = partition id
+    num_nodes: int
+    local_rank: int  # trainer index on its node (a sampler: the trainer it serves)
+    procs_per_node: int
+    worker_index: int  # sampler index within its trainer; -1 for trainers
+    num_workers: int  # samplers per trainer
+    master_addr: str
+    ddp_port: int  # trainers' process group (gloo / nccl)
+    rpc_port: int  # RPC group of every trainer and sampler
+    job_dir: str  # this job's output dir: config.yaml, logs/, checkpoints/
+    config_path: str  # composed config written by the launcher
+    partition_root: str  # partition folder every process loads its part from
+
+    @property
+    def rank(self) -> int:
+        """Global trainer rank (DDP rank); for a sampler, the rank of the trainer it serves."""
+        return self.node_rank * self.procs_per_node + self.local_rank
+
+    @property
+    def world_size(self) -> int:
+        """Number of trainers in the job (DDP world size)."""
+        return self.num_nodes * self.procs_per_node
+
+    @property
+    def procs_per_node_total(self) -> int:
+        return self.procs_per_node * (1 + self.num_workers)
+
+    @property
+    def rpc_world_size(self) -> int:
+        return self.num_nodes * self.procs_per_node_total
+
+    @property
+    def rpc_rank(self) -> int:
+        slot = self.local_rank
+        if self.role == "sampler":
+            slot = self.procs_per_node + self.local_rank * self.num_workers + self.worker_index
+        return self.node_rank * self.procs_per_node_total + slot
+
+    @property
+    def name(self) -> str:
+        return worker_name(self.role, self.node_rank, self.local_rank, self.worker_index)
+
+    def to_env(self) -> dict[str, str]:
+        return {ENV_PREFIX + k.upper(): str(v) for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Runtime:
+        env = os.environ if env is None else env
+        values = {}
+        for f in fields(cls):
+            key = ENV_PREFIX + f.name.upper()
+            if key not in env:
+                raise RuntimeError(
+                    f"{key} is not set: this entry point is started by the distgnn launcher "
+                    "(python -m app ...), not directly"
+                )
+            values[f.name] = int(env[key]) if f.type == "int" else env[key]
+        return cls(**values)
+
+
+def worker_name(role: str, node_rank: int, local_rank: int, worker_index: int = -1) -> str:
+    """RPC name of a process: `trainer<node>.<local>` or `sampler<node>.<local>.<w>`."""
+    if role == "trainer":
+        return f"trainer{node_rank}.{local_rank}"
+    return f"sampler{node_rank}.{local_rank}.{worker_index}"
+
+
+def node_workers(node_rank: int, procs_per_node: int, num_workers: int) -> list[str]:
+    """RPC names of every process on a node: each holds that node's partition."""
+    names = [worker_name("trainer", node_rank, t) for t in range(procs_per_node)]
+    names += [
+        worker_name("sampler", node_rank, t, w)
+        for t in range(procs_per_node)
+        for w in range(num_workers)
+    ]
+    return names

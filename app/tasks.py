@@ -1,0 +1,48 @@
+"""Dispatch a validated `Config` to its task: partition a dataset, or train (1 process or a job).
+
+Single-process training (one node, one trainer) runs here in the Hydra process. Anything larger
+is a distributed job: `app.launch.run_job` plans it, spawns every trainer and sampler process and
+watches them — the same code for a single run and for each job of a multirun sweep.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from app.config import Config
+
+log = logging.getLogger("distgnn")
+
+PARENT_RUN_ENV = "DISTGNN_MLFLOW_PARENT_RUN_ID"
+
+
+def job_dir() -> Path:
+    """The Hydra output dir of the current job (run dir, or the sweep's job subdir)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return Path(HydraConfig.get().runtime.output_dir)
+
+
+def is_single_process(cfg: Config) -> bool:
+    return cfg.cluster.num_nodes == 1 and cfg.cluster.procs_per_node == 1
+
+
+def run_task(cfg: Config) -> float | None:
+    """Run `cfg.task`; return the value a Hydra sweeper would optimise (test accuracy)."""
+    if cfg.task == "partition":
+        from app.partition.task import run_partition_task
+
+        run_partition_task(cfg)
+        return None
+    parent = os.environ.get(PARENT_RUN_ENV) or None
+    if is_single_process(cfg):
+        from app.train.single import train_single
+
+        result = train_single(cfg, job_dir=job_dir(), parent_run_id=parent)
+    else:
+        from app.launch import run_job
+
+        result = run_job(cfg, job_dir(), parent_run_id=parent)
+    return result.get("test_acc")

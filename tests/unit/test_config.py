@@ -1,0 +1,108 @@
+"""Config composition and validation: bad input fails early, naming the key and the value."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from hydra.errors import ConfigCompositionException
+
+from app.config import Config, ConfigError
+from tests.conftest import run_app
+
+
+@pytest.mark.parametrize("experiment", ["products_homo", "smoke", "mag_hetero", "products_link"])
+def test_every_experiment_composes(compose, experiment):
+    cfg = compose(f"+experiment={experiment}")
+    assert isinstance(cfg, Config)
+    assert cfg.experiment == experiment
+    assert cfg.partition.num_parts == cfg.cluster.num_nodes
+
+
+def test_required_keys_exist(compose):
+    cfg = compose("+experiment=products_homo")
+    for key in [
+        "dataset.name",
+        "dataset.num_nodes",
+        "sampler.num_neighbors",
+        "loader.batch_size",
+        "loader.num_workers",
+        "model.name",
+        "model.hidden_channels",
+        "model.num_layers",
+        "train.epochs",
+        "train.lr",
+        "cluster.num_nodes",
+        "cluster.procs_per_node",
+        "mlflow.tracking_uri",
+        "mlflow.experiment_name",
+        "seed",
+    ]:
+        obj = cfg
+        for part in key.split("."):
+            obj = getattr(obj, part)  # AttributeError names a missing key
+
+
+def test_groups_switch(compose):
+    cfg = compose("model=gat", "partition=random", "dataset=synthetic_mag")
+    assert (cfg.model.name, cfg.partition.method, cfg.dataset.name) == (
+        "gat",
+        "random",
+        "synthetic_mag",
+    )
+
+
+@pytest.mark.parametrize(
+    "override, match",
+    [
+        ("sampler.num_neighbors=[5]", "sampler.num_neighbors.*num_layers=3"),
+        ("loader.batch_size=0", "loader.batch_size=0"),
+        ("train.epochs=-1", "train.epochs=-1"),
+        ("model.name=transformer", "model.name='transformer'"),
+        ("sampler.num_neighbors=[5,0,2]", "positive"),
+        ("cluster.mode=ssh", "cluster.ip_config"),
+    ],
+)
+def test_cross_field_errors(compose, override, match):
+    with pytest.raises(ConfigError, match=match):
+        compose(override)
+
+
+def test_dict_fanouts_checked_per_edge_type(compose):
+    cfg = compose("sampler=mag", "model.num_layers=2")
+    assert cfg.sampler.num_neighbors["paper__cites__paper"] == [10, 5]
+    assert len(cfg.sampler.num_neighbors) == 7
+    with pytest.raises(ConfigError, match="has 2 hops but model.num_layers=3"):
+        compose("sampler=mag", "model.num_layers=3")
+    with pytest.raises(ConfigError, match="has 1 hops"):
+        compose(
+            "sampler=mag", "model.num_layers=2", "sampler.num_neighbors.paper__cites__paper=[4]"
+        )
+
+
+def test_unknown_key_and_wrong_type_fail_at_compose(compose):
+    with pytest.raises(ConfigCompositionException):
+        compose("train.epochz=3")
+    with pytest.raises(ConfigCompositionException):
+        compose("train.epochs=abc")
+
+
+def test_cli_typo_fails_fast_naming_the_key():
+    start = time.monotonic()
+    proc = run_app("+experiment=products_homo", "train.epochz=3", timeout=30)
+    assert proc.returncode != 0
+    assert "epochz" in proc.stderr
+    assert time.monotonic() - start < 10
+
+
+def test_cli_cross_field_error_is_one_line():
+    proc = run_app("+experiment=products_homo", "loader.batch_size=-4", timeout=30)
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln]
+    assert lines == ["config error: loader.batch_size=-4: must be > 0"]
+
+
+def test_cli_prints_composed_config():
+    proc = run_app("+experiment=products_homo", "--cfg", "job", timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert "num_neighbors" in proc.stdout and "experiment: products_homo" in proc.stdout
