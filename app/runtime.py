@@ -82,10 +82,10 @@ class Runtime:
 
 
 def worker_name(role: str, node_rank: int, local_rank: int, worker_index: int = -1) -> str:
-    """RPC name of a process: `trainer<node>.<local>` or `sampler<node>.<local>.<w>`."""
+    """RPC name of a process: `trainer<node>-<local>` or `sampler<node>-<local>-<w>` (RPC names allow no dots)."""
     if role == "trainer":
-        return f"trainer{node_rank}.{local_rank}"
-    return f"sampler{node_rank}.{local_rank}.{worker_index}"
+        return f"trainer{node_rank}-{local_rank}"
+    return f"sampler{node_rank}-{local_rank}-{worker_index}"
 
 
 def node_workers(node_rank: int, procs_per_node: int, num_workers: int) -> list[str]:
