@@ -24,20 +24,29 @@ def _state(t: DistTensor, key: str) -> torch.Tensor:
     return t.opt_state[key]
 
 
+# Rows are unique (the embedding sums duplicates first), so each state tensor is gathered once
+# and written back once with index_copy_.
+
+
 def adagrad_update(t: DistTensor, rows: torch.Tensor, grad: torch.Tensor, h: dict) -> None:
     total = _state(t, "sum")
-    total[rows] += grad * grad
-    t.local[rows] -= h["lr"] * grad / (total[rows].sqrt() + h["eps"])
+    s = total.index_select(0, rows).addcmul_(grad, grad)
+    total.index_copy_(0, rows, s)
+    w = t.local.index_select(0, rows).sub_(h["lr"] * grad / s.sqrt_().add_(h["eps"]))
+    t.local.index_copy_(0, rows, w)
 
 
 def adam_update(t: DistTensor, rows: torch.Tensor, grad: torch.Tensor, h: dict) -> None:
     beta1, beta2 = h["betas"]
-    m, v = _state(t, "exp_avg"), _state(t, "exp_avg_sq")
-    m[rows] += (grad - m[rows]) * (1 - beta1)
-    v[rows] += (grad * grad - v[rows]) * (1 - beta2)
+    exp_avg, exp_avg_sq = _state(t, "exp_avg"), _state(t, "exp_avg_sq")
+    m = exp_avg.index_select(0, rows).lerp_(grad, 1 - beta1)
+    v = exp_avg_sq.index_select(0, rows).lerp_(grad * grad, 1 - beta2)
+    exp_avg.index_copy_(0, rows, m)
+    exp_avg_sq.index_copy_(0, rows, v)
     step = h["step"]
     step_size = h["lr"] * math.sqrt(1 - beta2**step) / (1 - beta1**step)
-    t.local[rows] -= step_size * m[rows] / (v[rows].sqrt() + h["eps"])
+    w = t.local.index_select(0, rows).sub_(step_size * m / v.sqrt_().add_(h["eps"]))
+    t.local.index_copy_(0, rows, w)
 
 
 UPDATES = {"adagrad": adagrad_update, "adam": adam_update}

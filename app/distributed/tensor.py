@@ -71,6 +71,9 @@ class DistTensor:
         self.book, self.part_id, self.is_owner = book, part_id, is_owner
         parts = book.partition_of(torch.arange(self.shape[0]))
         self.owned = torch.nonzero(parts == part_id).flatten()  # sorted global ids
+        # global id -> row of the local shard (-1: not owned); int32 keeps it at 4 bytes a row
+        self.row_of = torch.full((self.shape[0],), -1, dtype=torch.int32)
+        self.row_of[self.owned] = torch.arange(len(self.owned), dtype=torch.int32)
         self.local = init_func((len(self.owned), *self.shape[1:]), dtype) if is_owner else None
         self.lock = threading.Lock()
         if is_owner:
@@ -84,11 +87,11 @@ class DistTensor:
         return self.shape[0]
 
     def local_rows(self, ids: torch.Tensor) -> torch.Tensor:
-        """Positions in the local shard of owned global ids (sorted lookup, vectorised)."""
-        pos = torch.searchsorted(self.owned, ids)
-        if len(ids) and (pos.max() >= len(self.owned) or not torch.equal(self.owned[pos], ids)):
+        """Rows in the local shard of owned global ids (one vectorised map lookup)."""
+        rows = self.row_of[ids].long()
+        if len(rows) and int(rows.min()) < 0:
             raise IndexError(f"DistTensor {self.name!r}: ids not owned by partition {self.part_id}")
-        return pos
+        return rows
 
     def _split(self, ids: torch.Tensor) -> dict[int, torch.Tensor]:
         """Positions into `ids` grouped by owning partition."""
@@ -158,13 +161,13 @@ def unregister(name: str) -> None:
 def _pull(name: str, ids: torch.Tensor) -> torch.Tensor:
     t = lookup(name)
     with t.lock:
-        return t.local[t.local_rows(ids)].clone()
+        return t.local.index_select(0, t.local_rows(ids))
 
 
 def _push(name: str, ids: torch.Tensor, values: torch.Tensor) -> None:
     t = lookup(name)
     with t.lock:
-        t.local[t.local_rows(ids)] = values
+        t.local.index_copy_(0, t.local_rows(ids), values)
 
 
 class _ApplyCall:
