@@ -8,7 +8,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from app.config import ConfigError, register_configs, to_config
+from app.config import ConfigError, check_overrides, register_configs, to_config
 
 register_configs()
 log = logging.getLogger("distgnn")
@@ -27,4 +27,9 @@ def main(node: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    try:
+        check_overrides(sys.argv[1:])
+    except ConfigError as err:
+        print(f"config error: {err}", file=sys.stderr)
+        sys.exit(2)
     main()

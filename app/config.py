@@ -294,3 +294,50 @@ def save_config(cfg: Config, path: str | os.PathLike) -> None:
 
 def load_config(path: str | os.PathLike) -> Config:
     return to_config(OmegaConf.load(path))
+
+
+def _field_names(schema: type) -> list[str]:
+    return list(schema.__dataclass_fields__)
+
+
+def check_override(arg: str, *, check_value: bool = True) -> None:
+    """Reject `group.key=value` overrides whose key is unknown or whose value has the wrong type.
+
+    Hydra rejects these too, with a multi-line report; this names the key, the value and a close
+    valid key in one line. Group selections (`model=gat`), `+`/`~` overrides and `hydra.*` keys
+    are left to Hydra.
+    """
+    if "=" not in arg or arg[0] in "+~" or arg.startswith("hydra."):
+        return
+    key, value = arg.split("=", 1)
+    path = key.split(".")
+    if len(path) == 1 and key in GROUPS:
+        return
+    schema: type = Config
+    for depth, part in enumerate(path):
+        names = _field_names(schema)
+        if part not in names:
+            import difflib
+
+            close = difflib.get_close_matches(part, names, n=1)
+            hint = f"did you mean {'.'.join([*path[:depth], close[0]])}?" if close else ""
+            raise ConfigError(
+                f"{key}={value}: unknown key {part!r}" + (f"; {hint}" if hint else "")
+            )
+        schema = GROUPS.get(part) if depth == 0 and part in GROUPS else None
+        if schema is None:
+            break
+    if check_value:
+        try:
+            OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.from_dotlist([arg]))
+        except Exception as err:  # omegaconf.ValidationError; parse errors are Hydra's to report
+            if type(err).__name__ == "ValidationError":
+                raise ConfigError(f"{key}={value}: {str(err).splitlines()[0]}") from None
+
+
+def check_overrides(argv: list[str]) -> None:
+    """Pre-check command-line overrides (values too, unless this is a `-m` sweep)."""
+    sweep = "-m" in argv or "--multirun" in argv
+    for arg in argv:
+        if not arg.startswith("-"):
+            check_override(arg, check_value=not sweep)
