@@ -1,0 +1,188 @@
+"""SamplerOutput → mini-batch `Data` / `HeteroData` in PyG NeighborLoader's layout.
+
+`to_data` / `to_hetero_data` take node and edge attributes ALREADY gathered for the sampled
+nodes/edges, so the distributed loader can call them with features fetched over RPC; `LocalGather`
+gathers them from an in-memory graph. Layout (per node/edge type for hetero): node attributes
+(x, y, ...), edge_index (local), edge attributes, n_id, e_id, batch (disjoint), num_sampled_nodes,
+num_sampled_edges, and on the input type: input_id, batch_size, seed_time, or for links
+edge_label_index / edge_label / edge_label_time (binary, or no negatives) or
+src_index / dst_pos_index / dst_neg_index / seed_time (triplet).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data, HeteroData
+from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
+
+LinkMode = Literal["binary", "triplet"] | None
+Attrs = dict[str, Tensor]
+
+
+def _node_meta(store, metadata, num_seeds: int) -> None:
+    input_id, seed_time = metadata if metadata is not None else (None, None)
+    store.input_id = input_id
+    store.batch_size = input_id.numel() if input_id is not None else num_seeds
+    if seed_time is not None:
+        store.seed_time = seed_time
+
+
+def _link_meta(data, metadata, link: LinkMode, input_type=None) -> None:
+    """Set the link-level fields where PyG's LinkNeighborLoader puts them."""
+    src_store = data if input_type is None else data[input_type[0]]
+    dst_store = data if input_type is None else data[input_type[-1]]
+    edge_store = data if input_type is None else data[input_type]
+    edge_store.input_id = metadata[0]
+    if link == "triplet":
+        src_store.src_index, dst_store.dst_pos_index, dst_store.dst_neg_index = metadata[1:4]
+        if metadata[4] is not None:
+            src_store.seed_time = dst_store.seed_time = metadata[4]
+        return
+    edge_store.edge_label_index = metadata[1]
+    if metadata[2] is not None:
+        edge_store.edge_label = metadata[2]
+    if metadata[3] is not None:
+        edge_store.edge_label_time = metadata[3]
+
+
+def to_data(
+    out: SamplerOutput,
+    x: Tensor | None = None,
+    y: Tensor | None = None,
+    *,
+    node_attrs: Attrs | None = None,
+    edge_attrs: Attrs | None = None,
+    link: LinkMode | bool = False,
+) -> Data:
+    """A homogeneous mini-batch. `x`, `y`, `node_attrs` hold rows for `out.node` (in order),
+    `edge_attrs` rows for `out.edge`. `link`: False for node batches, else "binary"/None
+    (edge_label_index layout) or "triplet"."""
+    data = Data()
+    attrs = {"x": x, "y": y, **(node_attrs or {})}
+    for key, value in attrs.items():
+        if value is not None:
+            data[key] = value
+    if all(v is None for v in attrs.values()):
+        data.num_nodes = out.node.numel()
+    data.edge_index = torch.stack([out.row, out.col])
+    for key, value in (edge_attrs or {}).items():
+        data[key] = value
+    data.n_id = out.node
+    if out.edge is not None:
+        data.e_id = out.edge
+    if out.batch is not None:
+        data.batch = out.batch
+    data.num_sampled_nodes = out.num_sampled_nodes
+    data.num_sampled_edges = out.num_sampled_edges
+    if link is False:
+        nsn = out.num_sampled_nodes
+        _node_meta(data, out.metadata, nsn[0] if nsn else out.node.numel())
+    else:
+        _link_meta(data, out.metadata, link)
+    return data
+
+
+def to_hetero_data(
+    out: HeteroSamplerOutput,
+    x: dict[str, Tensor] | None = None,
+    y: dict[str, Tensor] | None = None,
+    *,
+    node_attrs: dict[str, Attrs] | None = None,
+    edge_attrs: dict[tuple, Attrs] | None = None,
+    input_type: str | tuple[str, str, str] | None = None,
+    link: LinkMode | bool = False,
+) -> HeteroData:
+    """A heterogeneous mini-batch; dicts are keyed by node type (edge type for `edge_attrs`).
+    Node types without attributes still get `num_nodes` and `n_id`."""
+    data = HeteroData()
+    for nt, node in out.node.items():
+        store = data[nt]
+        attrs = {"x": (x or {}).get(nt), "y": (y or {}).get(nt), **(node_attrs or {}).get(nt, {})}
+        attrs = {k: v for k, v in attrs.items() if v is not None}
+        for key, value in attrs.items():
+            store[key] = value
+        if not attrs:
+            store.num_nodes = node.numel()
+        store.n_id = node
+        if out.batch is not None:
+            store.batch = out.batch[nt]
+        if out.num_sampled_nodes is not None:
+            store.num_sampled_nodes = out.num_sampled_nodes[nt]
+    for et, row in out.row.items():
+        store = data[et]
+        store.edge_index = torch.stack([row, out.col[et]])
+        for key, value in (edge_attrs or {}).get(et, {}).items():
+            store[key] = value
+        if out.edge is not None and out.edge.get(et) is not None:
+            store.e_id = out.edge[et]
+        if out.num_sampled_edges is not None:
+            store.num_sampled_edges = out.num_sampled_edges[et]
+    if input_type is None:
+        raise ValueError("to_hetero_data needs input_type (the seed node type or edge type)")
+    if link is False:
+        nsn = out.num_sampled_nodes
+        _node_meta(data[input_type], out.metadata, nsn[input_type][0] if nsn else 0)
+    else:
+        _link_meta(data, out.metadata, link, input_type)
+    return data
+
+
+class LocalGather:
+    """Gathers every node-level and edge-level attribute of an in-memory graph for a sample.
+
+    Attribute names are resolved once at construction (per node/edge type for HeteroData), so a
+    batch costs one `index_select` per attribute.
+    """
+
+    def __init__(self, data: Data | HeteroData) -> None:
+        self.data = data
+        self.hetero = isinstance(data, HeteroData)
+        if self.hetero:
+            self.node_keys = {s._key: _keys(s, node=True) for s in data.node_stores}
+            self.edge_keys = {s._key: _keys(s, node=False) for s in data.edge_stores}
+        else:
+            self.node_keys = _keys(data._store, node=True)
+            self.edge_keys = _keys(data._store, node=False)
+
+    def __call__(self, out: SamplerOutput | HeteroSamplerOutput) -> tuple[dict, dict]:
+        """(node_attrs, edge_attrs) ready for `to_data` / `to_hetero_data`."""
+        if not self.hetero:
+            return _take(self.data, self.node_keys, out.node), _take(
+                self.data, self.edge_keys, out.edge
+            )
+        nodes = {
+            nt: _take(self.data[nt], keys, out.node.get(nt)) for nt, keys in self.node_keys.items()
+        }
+        edges = {
+            et: _take(self.data[et], keys, (out.edge or {}).get(et))
+            for et, keys in self.edge_keys.items()
+        }
+        return nodes, edges
+
+    def to_batch(self, out, input_type=None, link: LinkMode | bool = False) -> Data | HeteroData:
+        """Gather and build the mini-batch in one call."""
+        node_attrs, edge_attrs = self(out)
+        if self.hetero:
+            return to_hetero_data(
+                out, node_attrs=node_attrs, edge_attrs=edge_attrs, input_type=input_type, link=link
+            )
+        return to_data(out, node_attrs=node_attrs, edge_attrs=edge_attrs, link=link)
+
+
+def _keys(store, node: bool) -> list[str]:
+    keys = []
+    for key, value in store.items():
+        if not isinstance(value, Tensor) or key in ("edge_index", "num_nodes"):
+            continue
+        if (store.is_node_attr(key) if node else store.is_edge_attr(key)) and value.dim() > 0:
+            keys.append(key)
+    return keys
+
+
+def _take(store, keys: list[str], index: Tensor | None) -> Attrs:
+    if index is None:
+        return {}
+    return {key: store[key].index_select(0, index) for key in keys}

@@ -1,0 +1,148 @@
+"""`NeighborLoader`: seed nodes → sampled mini-batches in PyG NeighborLoader's layout.
+
+A plain Python iterator (no worker processes): each batch is one fused-kernel sample, one
+`index_select` per attribute and one `Data` build. Epochs are reproducible: the shuffle order of
+epoch e and the sampling seed of its batch i derive from `(seed, e[, i])` only, by the same rule
+as `app.distributed.loader`, so both loaders cut and seed the same batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data, HeteroData
+from torch_geometric.sampler import NodeSamplerInput
+
+from app.loader.batch import LocalGather
+from app.sampler.kernel import derive_seed
+from app.sampler.neighbor import NeighborSampler
+
+
+class EpochBatches:
+    """Splits `num_items` inputs into batches per epoch (seeded shuffle, optional drop_last)."""
+
+    def __init__(self, num_items: int, batch_size: int, shuffle: bool, drop_last: bool, seed: int):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1 (got {batch_size})")
+        self.num_items, self.batch_size = int(num_items), int(batch_size)
+        self.shuffle, self.drop_last, self.seed = shuffle, drop_last, int(seed)
+
+    def __len__(self) -> int:
+        if self.drop_last:
+            return self.num_items // self.batch_size
+        return -(-self.num_items // self.batch_size)
+
+    def indices(self, epoch: int) -> list[Tensor]:
+        """The input positions of every batch of `epoch`."""
+        if self.shuffle:
+            gen = torch.Generator().manual_seed(derive_seed(self.seed, epoch) & 0x7FFFFFFFFFFF)
+            order = torch.randperm(self.num_items, generator=gen)
+        else:
+            order = torch.arange(self.num_items)
+        return list(order.split(self.batch_size))[: len(self)]
+
+    def batch_seed(self, epoch: int, index: int) -> int:
+        """The sampling seed of batch `index` of `epoch` (the distributed loader's scheme too)."""
+        return derive_seed(self.seed, epoch, index)
+
+
+def _to_index(nodes, num_nodes: int, what: str) -> tuple[Tensor, Tensor | None]:
+    """(node ids, input ids): a bool mask gives its true positions (input id = node id)."""
+    if nodes is None:
+        return torch.arange(num_nodes), None
+    nodes = torch.as_tensor(nodes)
+    if nodes.dtype == torch.bool:
+        if nodes.numel() != num_nodes:
+            raise ValueError(f"{what} mask has {nodes.numel()} entries but there are {num_nodes}")
+        ids = nodes.nonzero().view(-1)
+        return ids, ids
+    nodes = nodes.long().view(-1)
+    if nodes.numel() and (int(nodes.min()) < 0 or int(nodes.max()) >= num_nodes):
+        raise ValueError(
+            f"{what} holds ids in [{int(nodes.min())}, {int(nodes.max())}] but there are "
+            f"{num_nodes} nodes"
+        )
+    return nodes, None
+
+
+def resolve_input_nodes(
+    data: Data | HeteroData, input_nodes
+) -> tuple[str | None, Tensor, Tensor | None]:
+    """(input node type or None, seed node ids, input ids or None) from NeighborLoader's forms:
+    None | ids | bool mask for Data; "type" | (type, None | ids | mask) for HeteroData."""
+    if isinstance(data, Data):
+        return None, *_to_index(input_nodes, data.num_nodes, "input_nodes")
+    if isinstance(input_nodes, str):
+        input_nodes = (input_nodes, None)
+    if not (isinstance(input_nodes, (tuple, list)) and len(input_nodes) == 2):
+        raise ValueError(
+            f"input_nodes for HeteroData must be a node type or (node_type, ids) "
+            f"(got {input_nodes!r})"
+        )
+    ntype, nodes = input_nodes
+    if ntype not in data.node_types:
+        raise ValueError(f"input node type {ntype!r} is not one of {data.node_types}")
+    return ntype, *_to_index(nodes, data[ntype].num_nodes, f"input_nodes[{ntype!r}]")
+
+
+class NeighborLoader:
+    """Mini-batches of sampled neighbourhoods around seed nodes (PyG NeighborLoader's layout)."""
+
+    def __init__(
+        self,
+        data: Data | HeteroData,
+        num_neighbors,
+        input_nodes=None,
+        batch_size: int = 1,
+        shuffle: bool = False,
+        drop_last: bool = False,
+        replace: bool = False,
+        subgraph_type: str = "directional",
+        disjoint: bool = False,
+        time_attr: str | None = None,
+        input_time: Tensor | None = None,
+        temporal_strategy: str = "uniform",
+        seed: int = 0,
+        sampler: NeighborSampler | None = None,
+    ) -> None:
+        self.data = data
+        self.sampler = sampler or NeighborSampler(
+            data, num_neighbors, replace, subgraph_type, disjoint, time_attr,
+            temporal_strategy, seed,
+        )  # fmt: skip
+        self.input_type, self.nodes, self.input_id = resolve_input_nodes(data, input_nodes)
+        if time_attr is not None and input_time is None:
+            store = data if self.input_type is None else data[self.input_type]
+            input_time = store[time_attr][self.nodes]
+        if input_time is not None and input_time.numel() != self.nodes.numel():
+            raise ValueError(
+                f"input_time has {input_time.numel()} entries for {self.nodes.numel()} input nodes"
+            )
+        self.input_time = input_time
+        self.batches = EpochBatches(self.nodes.numel(), batch_size, shuffle, drop_last, seed)
+        self.gather = LocalGather(data)
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self) -> Iterator[Data | HeteroData]:
+        epoch, self.epoch = self.epoch, self.epoch + 1
+        for i, index in enumerate(self.batches.indices(epoch)):
+            yield self.collate(index, self.batches.batch_seed(epoch, i))
+
+    def sampler_input(self, index: Tensor) -> NodeSamplerInput:
+        """The sampler input of the batch holding input positions `index`."""
+        return NodeSamplerInput(
+            input_id=index if self.input_id is None else self.input_id[index],
+            node=self.nodes[index],
+            time=None if self.input_time is None else self.input_time[index],
+            input_type=self.input_type,
+        )
+
+    def collate(self, index: Tensor, seed: int | None = None) -> Data | HeteroData:
+        """Sample and build one mini-batch from input positions `index`."""
+        out = self.sampler.sample_from_nodes(self.sampler_input(index), seed=seed)
+        return self.gather.to_batch(out, self.input_type)
