@@ -1,0 +1,105 @@
+"""Fingerprints and the on-disk cache of generated datasets.
+
+Layout: `<cfg.root>/<name>-<fingerprint>/data.pt`, a `torch.save`d dict of plain tensors, ints
+and nested dicts (safe for `torch.load(weights_only=True)`; `Data` objects are rebuilt on load).
+
+Concurrency: the first process to take `<dir>/.lock` (fcntl, with a timeout) generates and writes
+`data.pt` through a unique temp file + `os.replace`; the others wait for the lock, then read the
+finished file. Readers never see a half-written file because the rename is atomic.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from app.config import DatasetConfig
+from app.dataset.synthetic import GENERATOR_VERSION
+
+log = logging.getLogger(__name__)
+
+LOCK_TIMEOUT_S = 3600.0  # generating ogbn-products scale takes minutes; never wait forever
+# Keys that change synthetic data; real OGB data depends only on the name (and `temporal`).
+SYNTHETIC_KEYS = ("num_nodes", "avg_degree", "num_features", "num_classes", "num_communities")
+SPLIT_KEYS = ("train_frac", "val_frac")
+
+
+def dataset_fingerprint(cfg: DatasetConfig, seed: int) -> str:
+    """Short stable hash of everything that determines the data (partitions are keyed by it)."""
+    fields = asdict(cfg)
+    key: dict[str, object] = {"name": cfg.name, "temporal": cfg.temporal}
+    if cfg.name.startswith("synthetic"):
+        key |= {k: fields[k] for k in SYNTHETIC_KEYS + SPLIT_KEYS}
+        key |= {"seed": seed, "version": GENERATOR_VERSION}
+    blob = json.dumps(key, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def cache_path(cfg: DatasetConfig, seed: int) -> Path:
+    return Path(cfg.root) / f"{cfg.name}-{dataset_fingerprint(cfg, seed)}" / "data.pt"
+
+
+@contextmanager
+def file_lock(path: Path, timeout_s: float = LOCK_TIMEOUT_S):
+    """Exclusive fcntl lock on `path`, polled until `timeout_s` (then TimeoutError)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"{path}: still locked after {timeout_s:.0f}s by another process "
+                        "generating this dataset; wait for it or delete the stale lock file"
+                    ) from None
+                time.sleep(0.2)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def save_atomic(obj: dict, path: Path) -> None:
+    """`torch.save` to a unique temp file in the same directory, then rename over `path`."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    os.close(fd)
+    try:
+        torch.save(obj, tmp)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; the cache is shared data
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_plain(path: Path) -> dict:
+    """Read a cached dict; memory-mapped, so a second load is fast and shares pages."""
+    return torch.load(path, weights_only=True, mmap=True)
+
+
+def cached(path: Path, build: Callable[[], dict]) -> dict:
+    """The dict stored at `path`, building and writing it once (under a lock) if missing."""
+    if path.exists():
+        return load_plain(path)
+    with file_lock(path.parent / ".lock"):
+        if path.exists():  # another process wrote it while we waited
+            return load_plain(path)
+        start = time.perf_counter()
+        obj = build()
+        save_atomic(obj, path)
+        log.info("generated %s in %.1fs", path, time.perf_counter() - start)
+    return obj
