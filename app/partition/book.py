@@ -1,0 +1,95 @@
+"""Partition books: which part owns a node id (DGL's Basic/Range partition books).
+
+`DictPartitionBook` keeps the full node → part map (O(N) memory, O(1) per id).
+`RangePartitionBook` applies when nodes were relabelled so that part p owns the contiguous ids
+[bounds[p], bounds[p+1]): O(P) memory and O(log P) per id via `searchsorted`.
+Both expose `partition_of(ids) -> Tensor` and `num_parts`, so callers never care which it is.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+
+class PartitionBook(Protocol):
+    num_parts: int
+
+    def partition_of(self, ids: Tensor) -> Tensor: ...
+
+
+class DictPartitionBook:
+    """Node → part lookup through the stored map (`node_map.pt`)."""
+
+    def __init__(self, node_map: Tensor, num_parts: int | None = None) -> None:
+        self.node_map = node_map
+        self.num_parts = int(num_parts if num_parts is not None else node_map.max().item() + 1)
+
+    def partition_of(self, ids: Tensor) -> Tensor:
+        return self.node_map[ids]
+
+    def __len__(self) -> int:
+        return self.node_map.numel()
+
+
+class RangePartitionBook:
+    """Node → part lookup for relabelled ids: part p owns [bounds[p], bounds[p+1])."""
+
+    def __init__(self, bounds: Tensor | list[int]) -> None:
+        self.bounds = torch.as_tensor(bounds, dtype=torch.int64)
+        if self.bounds.numel() < 2 or bool((self.bounds[1:] < self.bounds[:-1]).any()):
+            raise ValueError(f"bounds={self.bounds.tolist()}: need P+1 non-decreasing offsets")
+        self.num_parts = self.bounds.numel() - 1
+
+    def partition_of(self, ids: Tensor) -> Tensor:
+        ids = torch.as_tensor(ids, dtype=torch.int64)
+        return torch.searchsorted(self.bounds[1:], ids, right=True)
+
+    def part_range(self, part: int) -> tuple[int, int]:
+        """The [start, end) ids owned by `part`."""
+        return int(self.bounds[part]), int(self.bounds[part + 1])
+
+    def __len__(self) -> int:
+        return int(self.bounds[-1])
+
+
+def book_from_meta(meta: dict[str, Any], node_map: Any) -> PartitionBook | dict[str, PartitionBook]:
+    """The right book(s) for a partition: range books when META.json has `node_bounds`."""
+    num_parts = int(meta["num_parts"])
+    bounds = meta.get("node_bounds")
+    if not meta["is_hetero"]:
+        return RangePartitionBook(bounds) if bounds else DictPartitionBook(node_map, num_parts)
+    return {
+        t: RangePartitionBook(bounds[t]) if bounds else DictPartitionBook(node_map[t], num_parts)
+        for t in meta["node_types"]
+    }
+
+
+def load_partition_book(root: str | Path, ntype: str | None = None) -> PartitionBook:
+    """Load the node partition book of `root` (of node type `ntype` for a hetero partition).
+
+    A range book needs only META.json; a dict book loads `node_map.pt` memory-mapped.
+    """
+    from app.partition.reader import PartitionError, map_files, read_meta, torch_load
+
+    root = Path(root)
+    meta = read_meta(root)
+    if meta["is_hetero"] and ntype not in meta["node_types"]:
+        raise PartitionError(f"ntype={ntype!r}: expected one of {meta['node_types']}")
+    key = ntype if meta["is_hetero"] else None
+    bounds = meta.get("node_bounds")
+    if bounds:
+        return RangePartitionBook(bounds[ntype] if meta["is_hetero"] else bounds)
+    return DictPartitionBook(torch_load(root / map_files(meta, "node_map")[key]), meta["num_parts"])
+
+
+__all__ = [
+    "DictPartitionBook",
+    "PartitionBook",
+    "RangePartitionBook",
+    "book_from_meta",
+    "load_partition_book",
+]
