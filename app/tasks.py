@@ -31,12 +31,10 @@ def is_single_process(cfg: Config) -> bool:
 
 def run_task(cfg: Config) -> float | None:
     """Run `cfg.task`; return the value a Hydra sweeper would optimise (test accuracy)."""
-    if cfg.task == "partition":
-        from app.partition.task import run_partition_task
-
-        run_partition_task(cfg)
-        return None
     parent = os.environ.get(PARENT_RUN_ENV) or None
+    if cfg.task == "partition":
+        partition_task(cfg, parent)
+        return None
     if is_single_process(cfg):
         from app.train.single import train_single
 
@@ -46,3 +44,21 @@ def run_task(cfg: Config) -> float | None:
 
         result = run_job(cfg, job_dir(), parent_run_id=parent)
     return result.get("test_acc")
+
+
+def partition_task(cfg: Config, parent_run_id: str | None) -> dict[str, float]:
+    """Ensure the partition exists and log its stats (cut, sizes, time, memory) as an MLflow run."""
+    from app.partition.task import run_partition_task
+    from app.tracking.mlflow import make_tracker
+
+    tracker = make_tracker(cfg)
+    tracker.start(
+        cfg,
+        run_name=f"partition-{cfg.experiment or cfg.dataset.name}",
+        parent_run_id=parent_run_id,
+        tags={"task": "partition"},
+    )
+    with tracker:
+        stats = run_partition_task(cfg)
+        tracker.log_metrics(stats)
+    return stats
