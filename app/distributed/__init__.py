@@ -1,0 +1,32 @@
+"""Distributed sampling runtime: partition stores, RPC, the distributed sampler and loaders.
+
+PyG's `torch_geometric.distributed` names and arguments, reimplemented to be fast (one batched
+RPC per remote partition per hop, local sampling overlapping remote calls, memory-mapped
+partitions) and to never hang (every wait bounded; failures name the peer).
+"""
+
+from app.distributed.context import DistContext, DistRole
+from app.distributed.feature_store import LocalFeatureStore
+from app.distributed.graph_store import LocalGraphStore
+from app.distributed.loader import DistLinkNeighborLoader, DistLoader, DistNeighborLoader
+from app.distributed.rpc import PeerError, RpcInitError, RPCRouter, init_rpc, shutdown_rpc
+from app.distributed.sampler import DistNeighborSampler
+from app.distributed.server import serve, shutdown
+
+__all__ = [
+    "DistContext",
+    "DistRole",
+    "DistLinkNeighborLoader",
+    "DistLoader",
+    "DistNeighborLoader",
+    "DistNeighborSampler",
+    "LocalFeatureStore",
+    "LocalGraphStore",
+    "PeerError",
+    "RPCRouter",
+    "RpcInitError",
+    "init_rpc",
+    "serve",
+    "shutdown",
+    "shutdown_rpc",
+]

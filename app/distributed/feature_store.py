@@ -1,0 +1,269 @@
+"""`LocalFeatureStore`: one partition's node features behind PyG's FeatureStore API, plus the
+distributed lookup that merges local rows with rows fetched from their owners.
+
+Rows are stored as in the partition files — owned global ids sorted ascending, features in the
+same order, memory-mapped — so global → row is one vectorised `searchsorted`, and a lookup
+copies only the requested rows. `fetch` issues one batched RPC per remote partition, all before
+the local gather runs, then scatters every answer back into request order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch_geometric.data import FeatureStore, TensorAttr
+from torch_geometric.data.feature_store import _FieldStatus
+
+from app.distributed import rpc
+from app.distributed.graph_store import owner_of
+from app.partition.book import DictPartitionBook, PartitionBook
+from app.partition.reader import PartitionData, load_partition
+
+Group = str | None  # node type (None when homogeneous)
+Alloc = Callable[[str, tuple, np.dtype], np.ndarray]  # (attr name, shape, dtype) -> output array
+
+
+def _empty(_: str, shape: tuple, dtype: np.dtype) -> np.ndarray:
+    return np.empty(shape, dtype)
+
+
+@dataclass
+class LocalTensorAttr(TensorAttr):
+    """A tensor attribute whose index is optional (PyG's name)."""
+
+    def __init__(
+        self,
+        group_name: Any = _FieldStatus.UNSET,
+        attr_name: Any = _FieldStatus.UNSET,
+        index: Any = None,
+    ):
+        super().__init__(group_name, attr_name, index)
+
+
+class LocalFeatureStore(FeatureStore):
+    """Node features and labels of the local partition; remote rows come by RPC."""
+
+    def __init__(self) -> None:
+        super().__init__(tensor_attr_cls=LocalTensorAttr)
+        self._feat: dict[tuple[Group, str], Tensor] = {}
+        self._global_id: dict[Group, Tensor] = {}
+        self.num_partitions = 1
+        self.partition_idx = 0
+        self.node_feat_pb: PartitionBook | dict[str, PartitionBook] | None = None
+        self.meta: dict[str, Any] = {"is_hetero": False}
+        self.router: rpc.RPCRouter | None = None
+        self.remote_rows = 0  # rows fetched by RPC so far (bench statistics)
+        self.remote_bytes = 0
+        self._views: dict[tuple[int, Any], np.ndarray] = {}
+
+    # -- construction -------------------------------------------------------------------------
+
+    @classmethod
+    def from_partition(cls, root: str | Path, pid: int) -> LocalFeatureStore:
+        """Load part `pid`'s features (memory-mapped, no copies)."""
+        return cls.from_partition_data(load_partition(root, pid, verify=False))
+
+    @classmethod
+    def from_partition_data(cls, part: PartitionData) -> LocalFeatureStore:
+        store = cls()
+        store.num_partitions, store.partition_idx, store.meta = (
+            part.num_parts,
+            part.index,
+            part.meta,
+        )
+        store.node_feat_pb = part.book
+        groups = part.node_feats.items() if part.is_hetero else [(None, part.node_feats)]
+        for group, nf in groups:
+            store._global_id[group] = nf["global_id"]
+            for name, tensor in nf.get("feats", {}).items():
+                store._feat[(group, name)] = tensor
+            if nf.get("time") is not None:
+                store._feat[(group, "time")] = nf["time"]
+        return store
+
+    @classmethod
+    def from_data(
+        cls, node_id: Tensor, x: Tensor | None = None, y: Tensor | None = None, **_: Any
+    ) -> LocalFeatureStore:
+        """A one-partition store over homogeneous tensors (`node_id`: their global ids)."""
+        return cls.from_hetero_data({None: node_id}, {None: x}, {None: y}, hetero=False)
+
+    @classmethod
+    def from_hetero_data(
+        cls,
+        node_id_dict: dict[Any, Tensor],
+        x_dict: dict[Any, Tensor | None] | None = None,
+        y_dict: dict[Any, Tensor | None] | None = None,
+        hetero: bool = True,
+        **_: Any,
+    ) -> LocalFeatureStore:
+        """A one-partition store over per-type tensors (rows sorted by global id on the way)."""
+        store = cls()
+        for group, ids in node_id_dict.items():
+            order = torch.argsort(ids)
+            store._global_id[group] = ids[order]
+            for name, d in (("x", x_dict or {}), ("y", y_dict or {})):
+                if d.get(group) is not None:
+                    store._feat[(group, name)] = d[group][order]
+        books = {
+            g: DictPartitionBook(torch.zeros(int(i.max()) + 1, dtype=torch.int64), 1)
+            for g, i in node_id_dict.items()
+        }
+        store.node_feat_pb = books if hetero else books[None]
+        store.meta = {"num_parts": 1, "is_hetero": hetero}
+        return store
+
+    # -- local rows ---------------------------------------------------------------------------
+
+    @property
+    def is_hetero(self) -> bool:
+        return bool(self.meta.get("is_hetero"))
+
+    def attr_names(self, group: Group = None) -> list[str]:
+        return [name for g, name in self._feat if g == group]
+
+    def get_global_id(self, group_name: Group = None) -> Tensor | None:
+        return self._global_id.get(group_name)
+
+    def local_rows(self, ids: np.ndarray, group: Group = None) -> np.ndarray:
+        """Row of each (owned) global id: a searchsorted on the sorted ids; unowned → KeyError."""
+        gid = self._numpy(self._global_id, group)
+        pos = np.searchsorted(gid, ids)
+        np.minimum(pos, max(gid.size - 1, 0), out=pos)
+        if ids.size and (gid.size == 0 or not np.array_equal(gid[pos], ids)):
+            bad = ids[gid[pos] != ids][:5].tolist() if gid.size else ids[:5].tolist()
+            raise KeyError(
+                f"node ids {bad} (type {group}) are not owned by partition {self.partition_idx}"
+            )
+        return pos
+
+    def _numpy(self, table: dict, key: Any) -> np.ndarray:
+        """Zero-copy numpy view of a stored tensor (cached: numpy gathers beat torch's here)."""
+        view = self._views.get((id(table), key))
+        if view is None:
+            view = self._views[(id(table), key)] = table[key].numpy()
+        return view
+
+    def local_get(
+        self,
+        ids: Tensor | np.ndarray,
+        group: Group,
+        attrs: Sequence[str],
+        alloc: Alloc | None = None,
+    ) -> dict[str, Tensor]:
+        """Rows of `attrs` for owned `ids`, in request order (copies only these rows, once)."""
+        rows = self.local_rows(np.asarray(ids), group)
+        out = {}
+        for a in attrs:
+            feat = self._numpy(self._feat, (group, a))
+            dest = (alloc or _empty)(a, (rows.size, *feat.shape[1:]), feat.dtype)
+            out[a] = torch.from_numpy(np.take(feat, rows, axis=0, out=dest))
+        return out
+
+    def owner(self, ids: np.ndarray, group: Group = None) -> np.ndarray:
+        """Owning partition of each global id (numpy in and out)."""
+        if self.num_partitions == 1:
+            return np.full(ids.shape, self.partition_idx, np.int64)
+        return owner_of(self.node_feat_pb[group] if self.is_hetero else self.node_feat_pb, ids)
+
+    # -- distributed lookup -------------------------------------------------------------------
+
+    def fetch(
+        self,
+        ids: Tensor,
+        group: Group = None,
+        attrs: Sequence[str] | None = None,
+        alloc: Alloc | None = None,
+    ) -> dict[str, Tensor]:
+        """`attrs` (default: all) of any global `ids`, local and remote, in request order.
+
+        `alloc(name, shape, dtype)` provides the output arrays (e.g. in shared memory).
+        """
+        from app.distributed.sampler import split_by_owner
+        from app.distributed.server import remote_features
+
+        attrs = list(self.attr_names(group) if attrs is None else attrs)
+        if not attrs:
+            return {}
+        ids_np = ids.numpy()
+        split = split_by_owner(self.owner(ids_np, group))
+        if split == {self.partition_idx: None}:
+            return self.local_get(ids_np, group, attrs, alloc)
+        if self.router is None and set(split) != {self.partition_idx}:
+            raise RuntimeError(
+                f"ids of partitions {sorted(split)} requested but this store has no RPC router"
+            )
+        calls = {  # every remote request is in flight before the local gather starts
+            p: rpc.call_partition(
+                self.router, p, remote_features, (group, torch.from_numpy(ids_np[idx]), attrs)
+            )
+            for p, idx in split.items()
+            if p != self.partition_idx
+        }
+        out: dict[str, np.ndarray] = {}
+        if self.partition_idx in split:
+            idx = split[self.partition_idx]
+            self._place(out, idx, self.local_get(ids_np[idx], group, attrs), ids.numel(), alloc)
+        for p, call in calls.items():
+            got = call.wait()
+            self._place(out, split[p], got, ids.numel(), alloc)
+            self.remote_rows += split[p].size
+            self.remote_bytes += sum(t.numel() * t.element_size() for t in got.values())
+        return {a: torch.from_numpy(v) for a, v in out.items()}
+
+    @staticmethod
+    def _place(
+        out: dict[str, np.ndarray],
+        idx: np.ndarray,
+        rows: dict[str, Tensor],
+        n: int,
+        alloc: Alloc | None,
+    ) -> None:
+        """Scatter one partition's rows into the request-ordered outputs (allocated once)."""
+        for a, t in rows.items():
+            if a not in out:
+                out[a] = (alloc or _empty)(a, (n, *t.shape[1:]), t.numpy().dtype)
+            out[a][idx] = t.numpy()
+
+    def lookup_features(
+        self, index: Tensor, is_node_feat: bool = True, input_type: Group = None
+    ) -> torch.futures.Future:
+        """PyG's API: a completed future of the `x` rows of global `index` (request order)."""
+        if not is_node_feat:
+            raise NotImplementedError("edge features are not partitioned by this store")
+        fut: torch.futures.Future = torch.futures.Future()
+        try:
+            fut.set_result(self.fetch(index, input_type, ["x"])["x"])
+        except Exception as err:
+            fut.set_exception(err)
+        return fut
+
+    # -- FeatureStore API ---------------------------------------------------------------------
+
+    def _put_tensor(self, tensor: Tensor, attr: TensorAttr) -> bool:
+        self._views.clear()
+        self._feat[(attr.group_name, attr.attr_name)] = tensor
+        return True
+
+    def _get_tensor(self, attr: TensorAttr) -> Tensor | None:
+        tensor = self._feat.get((attr.group_name, attr.attr_name))
+        if tensor is None or attr.index is None:
+            return tensor
+        return tensor[attr.index]
+
+    def _remove_tensor(self, attr: TensorAttr) -> bool:
+        self._views.clear()
+        return self._feat.pop((attr.group_name, attr.attr_name), None) is not None
+
+    def _get_tensor_size(self, attr: TensorAttr) -> tuple[int, ...] | None:
+        tensor = self._feat.get((attr.group_name, attr.attr_name))
+        return None if tensor is None else tuple(tensor.shape)
+
+    def get_all_tensor_attrs(self) -> list[LocalTensorAttr]:
+        return [LocalTensorAttr(g, name) for g, name in self._feat]

@@ -1,0 +1,282 @@
+"""`DistNeighborLoader` / `DistLinkNeighborLoader`: the trainer's side of distributed sampling.
+
+The trainer cuts its seeds into batches (shuffled per epoch with a seeded, epoch-dependent
+permutation) and sends each batch to one of ITS sampler processes (`sampler<node>.<rank>.<w>`)
+round-robin, keeping at most `concurrency` batches in flight: that deque of pending calls is
+the bounded channel, and batches come back in order. With `num_workers=0` the trainer samples
+itself, on a pool of `concurrency` threads (the numba kernel releases the GIL, RPC waits too),
+and serves its partition to peers. Every wait is bounded by the RPC timeout; a dead or silent
+peer surfaces as `PeerError` naming it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch_geometric.sampler import NegativeSampling
+
+from app.distributed import rpc, server
+from app.distributed.context import DistContext
+from app.distributed.feature_store import LocalFeatureStore
+from app.distributed.graph_store import LocalGraphStore
+from app.distributed.sampler import DistNeighborSampler
+from app.runtime import worker_name
+from app.sampler.kernel import derive_seed
+
+Stores = tuple[LocalFeatureStore, LocalGraphStore]
+log = logging.getLogger("distgnn")
+
+
+class _Pending:
+    """A batch being sampled in this process (same `wait()` contract as `rpc.PendingCall`)."""
+
+    def __init__(self, future: Any, timeout: float) -> None:
+        self.future, self.timeout = future, timeout
+
+    def wait(self) -> Any:
+        return self.future.result(timeout=self.timeout)
+
+
+class DistLoader:
+    """Shared machinery: stores, RPC group, sampler spec, batching, the in-flight window."""
+
+    def __init__(
+        self,
+        data: Stores | str | Path,
+        num_neighbors: Any,
+        batch_size: int = 1,
+        shuffle: bool = False,
+        drop_last: bool = False,
+        current_ctx: DistContext | None = None,
+        num_workers: int = 0,
+        concurrency: int = 1,
+        replace: bool = False,
+        subgraph_type: str = "directional",
+        disjoint: bool = False,
+        temporal_strategy: str = "uniform",
+        time_attr: str | None = None,
+        master_addr: str = "127.0.0.1",
+        master_port: int | None = None,
+        rpc_timeout: float = 60.0,
+        init_timeout: float = 120.0,
+        seed: int = 0,
+        transform: Callable | None = None,
+        attrs: list[str] | None = None,
+        **_: Any,
+    ) -> None:
+        if batch_size <= 0 or concurrency <= 0 or num_workers < 0:
+            raise ValueError(
+                f"batch_size={batch_size}, concurrency={concurrency}, num_workers={num_workers}: "
+                "need batch_size > 0, concurrency > 0, num_workers >= 0"
+            )
+        self.ctx = current_ctx
+        self.feature_store, self.graph_store = self._stores(data)
+        self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
+        self.num_workers, self.concurrency = num_workers, concurrency
+        self.seed, self.epoch, self.transform = seed, 0, transform
+        self.rpc_timeout = rpc_timeout
+        router = None
+        if current_ctx is not None and self.graph_store.num_partitions > 1:
+            router = rpc.RPCRouter.for_context(current_ctx)
+        self.sampler = DistNeighborSampler(
+            (self.feature_store, self.graph_store), num_neighbors, replace, subgraph_type,
+            disjoint, temporal_strategy, time_attr, router, attrs,
+        )  # fmt: skip
+        if current_ctx is not None:
+            if num_workers == 0:  # this trainer is the process that serves its partition
+                server.register(self.feature_store, self.graph_store, router)
+            if master_port is None:
+                raise ValueError("master_port is required with current_ctx (the job's RPC port)")
+            rpc.init_rpc(current_ctx, master_addr, master_port, rpc_timeout, init_timeout)
+        self.workers = [
+            worker_name("sampler", current_ctx.partition_idx, current_ctx.local_rank, w)
+            for w in range(num_workers if current_ctx is not None else 0)
+        ]
+        if num_workers and current_ctx is None:
+            raise ValueError(f"num_workers={num_workers} needs current_ctx (sampler processes)")
+        self._pool = ThreadPoolExecutor(concurrency) if not self.workers else None
+        # sampler processes share this node: features come back through /dev/shm, not RPC
+        self.spec = dataclasses.replace(self.sampler.spec, shm=bool(self.workers))
+        self._next_worker = 0
+        # a batch makes one round of calls per hop plus the feature fetch, each bounded by
+        # rpc_timeout: waiting longer for the whole batch lets the inner error name the culprit
+        self._batch_timeout = rpc_timeout * (self.sampler.num_hops + 2)
+
+    def _stores(self, data: Stores | str | Path) -> Stores:
+        if isinstance(data, (str, Path)):
+            pid = self.ctx.partition_idx if self.ctx is not None else 0
+            return server.load_stores(str(data), pid)
+        if not (isinstance(data, tuple) and len(data) == 2):
+            raise ValueError(
+                "data must be (LocalFeatureStore, LocalGraphStore) or a partition root"
+            )
+        return data
+
+    # -- batching -----------------------------------------------------------------------------
+
+    def _order(self, n: int) -> Tensor:
+        """This epoch's order of the n inputs (seeded, different every epoch)."""
+        if not self.shuffle:
+            return torch.arange(n)
+        gen = torch.Generator().manual_seed(derive_seed(self.seed, self.epoch) & 0x7FFFFFFFFFFF)
+        return torch.randperm(n, generator=gen)
+
+    def _num_inputs(self) -> int:
+        raise NotImplementedError
+
+    def _submit(self, index: Tensor, batch_idx: int) -> Any:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        n = self._num_inputs()
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def __iter__(self) -> Iterator[Any]:
+        order = self._order(self._num_inputs())
+        self.epoch += 1
+        batches = [order[i : i + self.batch_size] for i in range(0, order.numel(), self.batch_size)]
+        if self.drop_last and batches and batches[-1].numel() < self.batch_size:
+            batches.pop()
+        return self._pipeline(batches, self.epoch - 1)
+
+    def _pipeline(self, batches: list[Tensor], epoch: int) -> Iterator[Any]:
+        """Keep up to `concurrency` batches in flight; yield them in order."""
+        window: deque = deque()
+        todo = iter(enumerate(batches))
+        for i, index in todo:
+            window.append(self._submit(index, derive_seed(self.seed, epoch, i)))
+            if len(window) >= self.concurrency:
+                break
+        try:
+            while window:
+                out = server.attach_shm(window.popleft().wait())
+                nxt = next(todo, None)
+                if nxt is not None:
+                    window.append(self._submit(nxt[1], derive_seed(self.seed, epoch, nxt[0])))
+                yield self.transform(out) if self.transform else out
+        except GeneratorExit:  # left early (break): errors propagate at once, undrained
+            self._drain(window)
+            raise
+
+    @staticmethod
+    def _drain(window: deque) -> None:
+        """Collect batches still in flight when an epoch is left early (break), so their
+        shared-memory files are unlinked now rather than when the sampler exits."""
+        for pending in window:
+            try:
+                server.attach_shm(pending.wait())
+            except Exception as err:  # the epoch is over; a failed leftover batch changes nothing
+                log.debug("dropped an in-flight batch: %s", err)
+
+    def _dispatch(self, fn: Callable, args: tuple, local: Callable, local_args: tuple) -> Any:
+        """Send to the next sampler process (round-robin), or run on the local thread pool."""
+        if self.workers:
+            peer = self.workers[self._next_worker % len(self.workers)]
+            self._next_worker += 1
+            return rpc.call_async(peer, fn, args, self.ctx.partition_idx, self._batch_timeout)
+        return _Pending(self._pool.submit(local, *local_args), self._batch_timeout)
+
+    def close(self) -> None:
+        """Release the local thread pool (RPC stays up for other loaders; see server.shutdown)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class DistNeighborLoader(DistLoader):
+    """Batches of seed nodes → sampled subgraphs (Data / HeteroData, NeighborLoader layout).
+
+    `input_nodes`: global ids (Tensor), `(node_type, ids)`, or None for every node this
+    partition owns. Other arguments: see `DistLoader` (PyG's names).
+    """
+
+    def __init__(
+        self, data: Stores | str | Path, num_neighbors: Any, input_nodes: Any = None, **kwargs: Any
+    ) -> None:
+        super().__init__(data, num_neighbors, **kwargs)
+        input_type, ids = input_nodes if isinstance(input_nodes, tuple) else (None, input_nodes)
+        if self.graph_store.is_hetero and input_type is None:
+            raise ValueError("heterogeneous graph: pass input_nodes=(node_type, ids)")
+        if ids is None:
+            ids = self.feature_store.get_global_id(input_type)
+        self.input_type, self.input_nodes = input_type, torch.as_tensor(ids, dtype=torch.int64)
+
+    def _num_inputs(self) -> int:
+        return self.input_nodes.numel()
+
+    def _submit(self, index: Tensor, seed: int) -> Any:
+        seeds = self.input_nodes[index]
+        args = (self.spec, seeds, index, self.input_type, seed)
+        return self._dispatch(server.remote_sample_batch, args, self.sampler.sample_batch, args[1:])
+
+
+class DistLinkNeighborLoader(DistLoader):
+    """Batches of edges (+ negatives) → subgraphs with `edge_label_index`/`edge_label` (binary)
+    or `src_index`/`dst_pos_index`/`dst_neg_index` (triplet), as PyG's LinkNeighborLoader.
+
+    Negatives are drawn in the trainer (uniform over all nodes, seeded per batch), so every
+    sampler process sees complete, reproducible batches. Homogeneous graphs only.
+    """
+
+    def __init__(
+        self,
+        data: Stores | str | Path,
+        num_neighbors: Any,
+        edge_label_index: Tensor | None = None,
+        edge_label: Tensor | None = None,
+        neg_sampling: str | NegativeSampling | None = None,
+        neg_sampling_ratio: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(data, num_neighbors, **kwargs)
+        if self.graph_store.is_hetero:
+            raise ValueError("DistLinkNeighborLoader supports homogeneous graphs only")
+        if edge_label_index is None:
+            raise ValueError("edge_label_index ([2, E] global node ids) is required")
+        self.edge_label_index = torch.as_tensor(edge_label_index, dtype=torch.int64)
+        self.edge_label = edge_label
+        if isinstance(neg_sampling, NegativeSampling):
+            neg_sampling, neg_sampling_ratio = neg_sampling.mode.value, neg_sampling.amount
+        if neg_sampling not in (None, "binary", "triplet"):
+            raise ValueError(f"neg_sampling={neg_sampling!r}: expected binary, triplet or None")
+        self.mode = neg_sampling or "binary"
+        self.ratio = 0.0 if neg_sampling is None else float(neg_sampling_ratio or 1.0)
+        if self.mode == "triplet" and self.ratio != int(self.ratio):
+            raise ValueError(f"neg_sampling_ratio={self.ratio}: triplet mode needs an integer")
+        self.num_nodes = self.graph_store.num_nodes()
+
+    def _num_inputs(self) -> int:
+        return self.edge_label_index.size(1)
+
+    def make_batch(self, index: Tensor, seed: int) -> dict[str, Tensor]:
+        """Positives of `index` plus seeded uniform negatives, as sent to a sampler."""
+        src, dst = self.edge_label_index[:, index]
+        gen = torch.Generator().manual_seed(seed & 0x7FFFFFFFFFFF)
+        n = index.numel()
+        batch = {"input_id": index}
+        if self.mode == "triplet":
+            r = int(self.ratio)
+            batch.update(
+                src=src, dst=dst, dst_neg=torch.randint(self.num_nodes, (n, r), generator=gen)
+            )
+            return batch
+        label = torch.ones(n) if self.edge_label is None else self.edge_label[index]
+        k = round(self.ratio * n)
+        neg = torch.randint(self.num_nodes, (2, k), generator=gen)
+        batch.update(
+            src=torch.cat([src, neg[0]]),
+            dst=torch.cat([dst, neg[1]]),
+            edge_label=torch.cat([label, label.new_zeros(k)]),
+        )
+        return batch
+
+    def _submit(self, index: Tensor, seed: int) -> Any:
+        args = (self.spec, self.make_batch(index, seed), self.mode, seed)
+        return self._dispatch(server.remote_sample_edges, args, self.sampler.sample_edges, args[1:])

@@ -1,0 +1,281 @@
+"""The RPC layer: init with bounded waits, partition routing, calls whose failures name the peer.
+
+Every trainer and sampler of a job joins ONE `torch.distributed.rpc` group (TensorPipe) at
+`tcp://master_addr:rpc_port`. Three rules keep it from ever hanging:
+
+* init: rank 0 checks that the port is free (a clear error names it); the others wait for the
+  master's store with a deadline instead of torch's 30 min default;
+* calls: every call carries the job's RPC timeout, and `PendingCall.wait` turns any failure
+  (timeout, dead peer, remote exception) into a `PeerError` naming the peer and partition;
+* shutdown: graceful (a barrier) with a bounded wait, then a local (ungraceful) shutdown, run in
+  a helper thread so even a stuck agent cannot block the caller past the deadline.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from torch.distributed import rpc
+
+from app.distributed.context import DistContext
+from app.runtime import node_workers
+
+log = logging.getLogger("distgnn")
+
+_lock = threading.Lock()
+_state: dict[str, Any] = {"timeout": 60.0, "name": None}
+
+
+class PeerError(RuntimeError):
+    """An RPC peer failed: timed out, is gone, or raised. The message names peer and partition."""
+
+
+class RpcInitError(RuntimeError):
+    """The RPC group could not be formed (port in use, master unreachable, ...)."""
+
+
+def is_initialized() -> bool:
+    return _state["name"] is not None
+
+
+def rpc_timeout() -> float:
+    """The job's RPC timeout in seconds (every call and wait uses it)."""
+    return float(_state["timeout"])
+
+
+def current_name() -> str | None:
+    return _state["name"]
+
+
+def _check_port_free(addr: str, port: int) -> None:
+    """Fail early, naming the port, if another process already listens on it."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((addr, port))
+    except OSError as err:
+        if err.errno == errno.EADDRINUSE:
+            raise RpcInitError(
+                f"RPC port {port} on {addr} is already in use by another process: free it or "
+                "pick another port (cluster.master_port, or 0 to let the launcher choose)"
+            ) from None
+        raise RpcInitError(f"cannot bind RPC port {port} on {addr}: {err}") from None
+    finally:
+        sock.close()
+
+
+def _wait_for_master(addr: str, port: int, timeout_s: float) -> None:
+    """Poll until the master's store accepts connections, or fail after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection((addr, port), timeout=2.0):
+                return
+        except OSError as err:
+            if time.monotonic() > deadline:
+                raise RpcInitError(
+                    f"RPC master {addr}:{port} did not accept connections within {timeout_s:.0f} s "
+                    f"({err}): is rank 0 running, and are the address and port right?"
+                ) from None
+            time.sleep(0.2)
+
+
+def init_rpc(
+    ctx: DistContext,
+    master_addr: str,
+    master_port: int,
+    timeout_s: float = 60.0,
+    init_timeout_s: float = 120.0,
+    num_threads: int = 32,
+) -> None:
+    """Join the job's RPC group as `ctx.worker_name` (idempotent within a process)."""
+    with _lock:
+        if is_initialized():
+            return
+        if ctx.global_rank == 0:
+            _check_port_free(master_addr, master_port)
+        else:
+            _wait_for_master(master_addr, master_port, init_timeout_s)
+        options = rpc.TensorPipeRpcBackendOptions(
+            num_worker_threads=num_threads,
+            rpc_timeout=max(timeout_s, init_timeout_s),  # also bounds the init all-gather
+            init_method=f"tcp://{master_addr}:{master_port}",
+        )
+        try:
+            rpc.init_rpc(
+                name=ctx.worker_name,
+                rank=ctx.global_rank,
+                world_size=ctx.global_world_size,
+                rpc_backend_options=options,
+            )
+        except RuntimeError as err:
+            text = str(err)
+            if "address already in use" in text.lower():
+                raise RpcInitError(
+                    f"RPC port {master_port} on {master_addr} is already in use: free it or "
+                    "pick another port"
+                ) from None
+            raise RpcInitError(
+                f"{ctx.worker_name} could not join the RPC group at {master_addr}:{master_port} "
+                f"(rank {ctx.global_rank}/{ctx.global_world_size}): {_last_line(text)}"
+            ) from None
+        rpc._set_rpc_timeout(timeout_s)
+        _state.update(timeout=float(timeout_s), name=ctx.worker_name)
+        log.info("%s joined the RPC group (%d processes)", ctx.worker_name, ctx.global_world_size)
+
+
+def shutdown_rpc(graceful_timeout_s: float = 30.0) -> bool:
+    """Leave the RPC group; True if every peer met the graceful barrier, False otherwise.
+
+    The graceful barrier waits at most `graceful_timeout_s` for every peer to arrive; if one
+    is gone it fails and the agent is shut down locally.
+    """
+    return _shutdown(graceful=True, timeout_s=graceful_timeout_s)
+
+
+def shutdown_rpc_now() -> bool:
+    """Leave the RPC group without waiting for peers (after a failure)."""
+    return _shutdown(graceful=False, timeout_s=10.0)
+
+
+def _shutdown(graceful: bool, timeout_s: float) -> bool:
+    """Run torch's shutdown in a helper thread so a stuck agent cannot block past ~2x timeout."""
+    with _lock:
+        if not is_initialized():
+            return True
+        outcome: dict[str, bool] = {}
+
+        def _run() -> None:
+            try:
+                rpc.shutdown(graceful=graceful, timeout=timeout_s)
+                outcome["ok"] = graceful
+            except Exception as err:  # a peer is gone: the agent was still shut down locally
+                log.warning("graceful RPC shutdown failed (%s)", _last_line(str(err)))
+                outcome["ok"] = False
+
+        worker = threading.Thread(target=_run, name="rpc-shutdown", daemon=True)
+        worker.start()
+        worker.join(2 * timeout_s + 5)
+        _state["name"] = None
+        if worker.is_alive():
+            log.warning("RPC shutdown still blocked after %.0f s; leaving it", 2 * timeout_s + 5)
+            return False
+        return outcome.get("ok", False)
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else text
+
+
+def _remote_error(text: str) -> tuple[str, str] | None:
+    """(exception type, message) of an exception raised on the peer, if `text` carries one.
+
+    torch re-raises a remote exception locally with the text
+    "On WorkerInfo(id=.., name=..):\nType('message')\nTraceback ...".
+    """
+    lines = text.splitlines()
+    for i, line in enumerate(lines[:-1]):
+        if "On WorkerInfo(" in line:
+            head = lines[i + 1].strip()
+            kind, _, rest = head.partition("(")
+            return kind, rest[1:-2] if rest[:1] in "'\"" else rest[:-1]
+    return None
+
+
+def describe_failure(err: BaseException, peer: str, partition: int | None, timeout: float) -> str:
+    """One line saying which peer failed, how, and why."""
+    where = f"{peer}" + (f" (partition {partition})" if partition is not None else "")
+    text = str(err)
+    remote = _remote_error(text)
+    if remote is not None:
+        kind, msg = remote
+        if kind == "PeerError":  # the peer itself lost one of ITS peers: name that one
+            return f"{msg} (reported by {peer})"
+        return f"{where} raised {kind}: {msg}"
+    low = text.lower()
+    if "timeout" in low or "timed out" in low or "ran for more than" in low:
+        return f"{where} did not answer within {timeout:g} s: {_last_line(text)}"
+    gone = ("eof", "connection", "pipe", "closed", "refused", "unknown destination", "shut")
+    if any(g in low for g in gone):
+        return f"{where} is gone: {_last_line(text)}"
+    return f"{where} failed: {type(err).__name__}: {_last_line(text)}"
+
+
+class PendingCall:
+    """An in-flight RPC; `wait()` returns its value or raises `PeerError` naming the peer."""
+
+    __slots__ = ("future", "peer", "partition", "timeout")
+
+    def __init__(self, future: Any, peer: str, partition: int | None, timeout: float) -> None:
+        self.future, self.peer, self.partition, self.timeout = future, peer, partition, timeout
+
+    def wait(self) -> Any:
+        try:
+            return self.future.wait()
+        except Exception as err:
+            raise PeerError(
+                describe_failure(err, self.peer, self.partition, self.timeout)
+            ) from None
+
+
+def call_async(
+    peer: str,
+    fn: Callable,
+    args: Sequence[Any] = (),
+    partition: int | None = None,
+    timeout: float | None = None,
+) -> PendingCall:
+    """Start `fn(*args)` on `peer`; failures (even to start) surface at `wait()` as PeerError.
+
+    `timeout` defaults to the job's RPC timeout; a call that itself makes calls (a whole batch)
+    gets a longer one, so the inner failure — which names the real culprit — arrives first.
+    """
+    if not is_initialized():
+        raise PeerError(f"RPC is not initialised in this process; cannot call {peer}")
+    timeout = rpc_timeout() if timeout is None else timeout
+    try:
+        fut = rpc.rpc_async(peer, fn, args=tuple(args), timeout=timeout)
+    except Exception as err:
+        raise PeerError(describe_failure(err, peer, partition, timeout)) from None
+    return PendingCall(fut, peer, partition, timeout)
+
+
+class RPCRouter:
+    """Partition id → the RPC workers holding it, chosen round-robin (thread-safe)."""
+
+    def __init__(self, partition_to_workers: Sequence[Sequence[str]]) -> None:
+        for part, workers in enumerate(partition_to_workers):
+            if not workers:
+                raise ValueError(f"partition {part} has no RPC worker to serve it")
+        self.partition_to_workers = [list(w) for w in partition_to_workers]
+        self._cycles = [itertools.cycle(w) for w in self.partition_to_workers]
+        self._lock = threading.Lock()
+
+    def get_to_worker(self, partition_idx: int) -> str:
+        with self._lock:
+            return next(self._cycles[partition_idx])
+
+    @classmethod
+    def for_context(cls, ctx: DistContext) -> RPCRouter:
+        """Route to a node's sampler processes, or to its trainers when they sample in-process."""
+        table = []
+        for part in range(ctx.num_partitions):
+            names = node_workers(part, ctx.procs_per_node, ctx.num_workers)
+            samplers = [n for n in names if n.startswith("sampler")]
+            table.append(samplers or names)
+        return cls(table)
+
+
+def call_partition(
+    router: RPCRouter, partition: int, fn: Callable, args: Sequence[Any] = ()
+) -> PendingCall:
+    """Start `fn(*args)` on one of the workers holding `partition`."""
+    return call_async(router.get_to_worker(partition), fn, args, partition)

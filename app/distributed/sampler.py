@@ -1,0 +1,410 @@
+"""`DistNeighborSampler`: multi-hop neighbour sampling over a partitioned graph.
+
+Per hop, the frontier (global ids) is split by owning partition. Requests for every remote
+partition are sent first — ONE call per remote partition per hop, carrying every edge type of the
+hop — then the local part is sampled with the numba kernel while those calls are in flight, and
+the answers are merged back in frontier order. De-duplication and relabelling use the local
+sampler's `Relabeler` (disjoint too), and the kernel draws per (hop seed, node), so a seeded
+distributed sample equals the single-machine sample of the unpartitioned graph, id for id. Features and labels of the sampled nodes come from `LocalFeatureStore.fetch`
+(local rows + one batched call per remote partition).
+
+The sampler serves its own partition to peers through `local_hop` (see `server.remote_hop`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch_geometric.data import Data, HeteroData
+from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
+
+from app.distributed import rpc
+from app.distributed.feature_store import LocalFeatureStore
+from app.distributed.graph_store import LocalGraphStore
+from app.loader.batch import to_data, to_hetero_data
+from app.sampler.kernel import Relabeler, derive_seed, hop_seed, sample_hop
+
+EdgeType = tuple[str, str, str]
+Job = tuple[Any, np.ndarray, int, int]  # (edge type or None, frontier global ids, fan-out, seed)
+HopResult = tuple[np.ndarray, np.ndarray, np.ndarray]  # (neighbour ids, edge ids, counts)
+
+
+@dataclass(frozen=True)
+class SamplerSpec:
+    """Everything that defines a sampler's behaviour; sent to sampler processes with each batch."""
+
+    num_neighbors: Any  # list[int], or {edge type: list[int]}
+    replace: bool = False
+    subgraph_type: str = "directional"
+    disjoint: bool = False
+    temporal_strategy: str = "uniform"
+    time_attr: str | None = None
+    attrs: tuple[str, ...] | None = None  # node attributes to gather (None: all)
+    shm: bool = False  # sampler process: return features through shared memory (same node)
+
+    def key(self) -> str:
+        return repr(self)
+
+
+@dataclass
+class HopStats:
+    """Remote traffic counters (requests, bytes) for the bench."""
+
+    requests: int = 0
+    bytes: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, requests: int, nbytes: int) -> None:
+        with self.lock:
+            self.requests += requests
+            self.bytes += nbytes
+
+
+class DistNeighborSampler:
+    """Neighbour sampler over (LocalFeatureStore, LocalGraphStore) with remote hops by RPC."""
+
+    def __init__(
+        self,
+        data: tuple[LocalFeatureStore, LocalGraphStore],
+        num_neighbors: Sequence[int] | dict[EdgeType, Sequence[int]],
+        replace: bool = False,
+        subgraph_type: str = "directional",
+        disjoint: bool = False,
+        temporal_strategy: str = "uniform",
+        time_attr: str | None = None,
+        router: rpc.RPCRouter | None = None,
+        attrs: Sequence[str] | None = None,
+        **_: Any,
+    ) -> None:
+        self.feature_store, self.graph_store = data
+        if isinstance(num_neighbors, dict):  # accept PyG's "src__rel__dst" keys too
+            num_neighbors = {
+                tuple(k.split("__")) if isinstance(k, str) else tuple(k): list(v)
+                for k, v in num_neighbors.items()
+            }
+        if subgraph_type != "directional":
+            raise ValueError(
+                f"subgraph_type={subgraph_type!r}: the distributed sampler supports 'directional' "
+                "only; use sampler.subgraph_type=directional"
+            )
+        if time_attr:
+            raise ValueError(
+                f"time_attr={time_attr!r}: temporal sampling is not supported by the distributed "
+                "sampler yet; set sampler.time_attr=null"
+            )
+        self.spec = SamplerSpec(
+            _freeze(num_neighbors),
+            replace,
+            subgraph_type,
+            disjoint,
+            temporal_strategy,
+            time_attr,
+            None if attrs is None else tuple(attrs),
+        )
+        self.replace, self.disjoint = replace, disjoint
+        self.num_hops = self._check_fanouts(num_neighbors)
+        self.num_neighbors = num_neighbors
+        self.router = router
+        self.feature_store.router = self.feature_store.router or router
+        self.partition_idx = self.graph_store.partition_idx
+        self.stats = HopStats()
+        self._tls = threading.local()
+
+    @classmethod
+    def from_spec(
+        cls, data: tuple[LocalFeatureStore, LocalGraphStore], spec: SamplerSpec, router: Any
+    ) -> DistNeighborSampler:
+        """Rebuild the sampler a trainer described (in the sampler process that serves it)."""
+        return cls(data, _thaw(spec.num_neighbors), spec.replace, spec.subgraph_type, spec.disjoint,
+                   spec.temporal_strategy, spec.time_attr, router, spec.attrs)  # fmt: skip
+
+    def _check_fanouts(self, num_neighbors: Any) -> int:
+        gs = self.graph_store
+        if gs.is_hetero != isinstance(num_neighbors, dict):
+            if gs.is_hetero and not isinstance(num_neighbors, dict):
+                return len(num_neighbors)  # one list for every edge type
+            raise ValueError(
+                f"num_neighbors={num_neighbors!r}: a dict per edge type needs a heterogeneous graph"
+            )
+        if isinstance(num_neighbors, dict):
+            unknown = set(num_neighbors) - set(gs.edge_types)
+            if unknown:
+                raise ValueError(f"num_neighbors names unknown edge types {sorted(unknown)}")
+            lengths = {len(v) for v in num_neighbors.values()}
+            if len(lengths) != 1:
+                raise ValueError(
+                    f"num_neighbors={num_neighbors!r}: every edge type needs the same number of hops"
+                )
+            return lengths.pop()
+        return len(num_neighbors)
+
+    def fanout(self, edge_type: EdgeType | None, hop: int) -> int:
+        nn = self.num_neighbors
+        if isinstance(nn, dict):
+            return int(nn.get(edge_type, [0] * self.num_hops)[hop])
+        return int(nn[hop])
+
+    # -- one hop, all partitions --------------------------------------------------------------
+
+    def sample_one_hop(self, jobs: Sequence[Job], node_types: Sequence[Any]) -> list[HopResult]:
+        """Sample each job's frontier across partitions; results in frontier order.
+
+        `node_types[i]` is the destination node type of job i (None when homogeneous): it
+        decides which partition owns each frontier node. Remote partitions get one call each
+        (all of the hop's jobs for that partition), sent before the local part is sampled, so
+        local and remote work overlap.
+        """
+        from app.distributed.server import remote_hop
+
+        gs = self.graph_store
+        splits = [
+            split_by_owner(gs.owner(f, t))
+            for (_, f, _, _), t in zip(jobs, node_types, strict=False)
+        ]
+        present = sorted({p for sp in splits for p in sp})
+        calls = {}
+        for p in present:
+            if p == self.partition_idx:
+                continue
+            if self.router is None:
+                raise RuntimeError(f"frontier nodes on partition {p} but no RPC router is set")
+            sub = _subjobs(jobs, splits, p, torch.from_numpy)
+            calls[p] = rpc.call_partition(self.router, p, remote_hop, (sub, self.replace))
+            self.stats.add(1, sum(f.numel() * 8 for _, f, _, _ in sub))
+        results: dict[int, list[HopResult]] = {}
+        if self.partition_idx in present:
+            sub = _subjobs(jobs, splits, self.partition_idx, lambda a: a)
+            results[self.partition_idx] = local_hop(gs, sub, self.replace)
+        for p, call in calls.items():
+            got = call.wait()
+            self.stats.add(0, sum(sum(t.numel() * 8 for t in r) for r in got))
+            results[p] = [tuple(t.numpy() for t in r) for r in got]
+        merged = []
+        for i, (_, f, _, _) in enumerate(jobs):
+            pieces = [
+                (splits[i][p], results[p][_pos(splits, i, p)]) for p in present if p in splits[i]
+            ]
+            merged.append(_merge(pieces, f.size))
+        return merged
+
+    # -- multi-hop ----------------------------------------------------------------------------
+
+    def _relabeler(self, node_type: Any) -> Relabeler:
+        """This thread's relabeler for `node_type` (a dense O(N) map, reused across batches)."""
+        cache = getattr(self._tls, "relabel", None)
+        if cache is None:
+            cache = self._tls.relabel = {}
+        if node_type not in cache:
+            cache[node_type] = Relabeler(self.graph_store.num_nodes(node_type), self.disjoint)
+        return cache[node_type]
+
+    def sample_from_nodes(
+        self, seeds: Tensor, input_type: str | None = None, seed: int = 0
+    ) -> SamplerOutput | HeteroSamplerOutput:
+        """Sample the multi-hop neighbourhood of global `seeds` (PyG's output types).
+
+        `seed` seeds the kernel exactly like the single-machine sampler (`hop_seed(seed, hop)`
+        per hop, a stream per node), so both draw the same sample from the same graph.
+        """
+        gs = self.graph_store
+        etypes = gs.edge_types if gs.is_hetero else [None]
+        ntypes = list(gs.meta["node_types"]) if gs.is_hetero else [None]
+        rels = {t: self._relabeler(t) for t in ntypes}
+        try:
+            out = self._grow(seeds.numpy(), input_type, seed, etypes, ntypes, rels)
+            nodes = {t: rels[t].nodes.copy() for t in ntypes}
+            batch = {t: rels[t].batch.copy() for t in ntypes} if self.disjoint else None
+        finally:
+            for rel in rels.values():
+                rel.reset()
+        rows, cols, eids, nsn, nse = out
+        t64 = torch.from_numpy
+        if not gs.is_hetero:
+            return SamplerOutput(
+                node=t64(nodes[None]), row=t64(_cat(rows[None])), col=t64(_cat(cols[None])),
+                edge=t64(_cat(eids[None])), batch=None if batch is None else t64(batch[None]),
+                num_sampled_nodes=nsn[None], num_sampled_edges=nse[None],
+            )  # fmt: skip
+        return HeteroSamplerOutput(
+            node={t: t64(n) for t, n in nodes.items()},
+            row={et: t64(_cat(v)) for et, v in rows.items()},
+            col={et: t64(_cat(v)) for et, v in cols.items()},
+            edge={et: t64(_cat(v)) for et, v in eids.items()},
+            batch=None if batch is None else {t: t64(b) for t, b in batch.items()},
+            num_sampled_nodes=nsn, num_sampled_edges=nse,
+        )  # fmt: skip
+
+    def _grow(self, seeds, input_type, seed, etypes, ntypes, rels) -> tuple:
+        """Hop loop: sample, relabel, record edges; the next frontier is each hop's new nodes."""
+        src_t = {et: et[0] if et else None for et in etypes}
+        dst_t = {et: et[2] if et else None for et in etypes}
+        empty = np.empty(0, np.int64)
+        first = rels[input_type].fill(seeds)
+        front = {t: (empty, empty, empty) for t in ntypes}  # (global ids, local ids, tree ids)
+        trees = np.arange(seeds.size) if self.disjoint else empty
+        front[input_type] = (seeds, first, trees)
+        rows, cols, eids = ({et: [] for et in etypes} for _ in range(3))
+        nsn = {t: [int(front[t][0].size)] for t in ntypes}
+        nse = {et: [] for et in etypes}
+        for hop in range(self.num_hops):
+            hs = hop_seed(seed, hop)
+            todo = [et for et in etypes if front[dst_t[et]][0].size and self.fanout(et, hop) != 0]
+            jobs = [
+                (et, front[dst_t[et]][0], self.fanout(et, hop),
+                 derive_seed(hs, etypes.index(et)) if et else hs)
+                for et in todo
+            ]  # fmt: skip
+            results = self.sample_one_hop(jobs, [dst_t[et] for et in todo])
+            fresh: dict[Any, list] = {t: [] for t in ntypes}
+            for et, (nbrs, eid, counts) in zip(todo, results, strict=False):
+                _, dst_local, dst_tree = front[dst_t[et]]
+                rel = rels[src_t[et]]
+                before = len(rel)
+                tree = np.repeat(dst_tree, counts) if self.disjoint else None
+                rows[et].append(rel.add(nbrs, tree))
+                cols[et].append(np.repeat(dst_local, counts))
+                eids[et].append(eid)
+                fresh[src_t[et]].append((before, len(rel)))
+            for et in etypes:
+                nse[et].append(int(rows[et][-1].size) if et in todo else 0)
+            for t in ntypes:
+                rel, spans = rels[t], fresh[t]
+                ids = _cat([rel.nodes[a:b] for a, b in spans])
+                local = _cat([np.arange(a, b) for a, b in spans])
+                tree = _cat([rel.batch[a:b] for a, b in spans]) if self.disjoint else empty
+                front[t] = (ids, local, tree)
+                nsn[t].append(int(ids.size))
+        return rows, cols, eids, nsn, nse
+
+    # -- batches ------------------------------------------------------------------------------
+
+    def sample_batch(
+        self,
+        seeds: Tensor,
+        input_id: Tensor,
+        input_type: str | None = None,
+        seed: int = 0,
+        alloc: Any = None,
+    ) -> Data | HeteroData:
+        """Seeds → sampled subgraph with features and labels, in NeighborLoader's layout.
+
+        `alloc` provides the feature arrays (see `server.ShmAllocator`); default: heap.
+        """
+        out = self.sample_from_nodes(seeds, input_type, seed)
+        out.metadata = (input_id, None)
+        return self._collate(out, input_type, False, alloc)
+
+    def sample_edges(
+        self, batch: dict[str, Tensor], mode: str, seed: int = 0, alloc: Any = None
+    ) -> Data:
+        """Link batch → subgraph around every endpoint, with PyG's link-loader fields.
+
+        `batch`: `src`, `dst` (positives, then binary negatives), `input_id`, and `edge_label`
+        (binary) or `dst_neg` ([B, r], triplet). Endpoints are de-duplicated (sorted) into seeds.
+        """
+        src, dst = batch["src"], batch["dst"]
+        ends = [src, dst] + ([batch["dst_neg"].reshape(-1)] if mode == "triplet" else [])
+        seeds, inverse = torch.unique(torch.cat(ends), return_inverse=True)
+        out = self.sample_from_nodes(seeds, None, seed)
+        n = src.numel()
+        if mode == "triplet":
+            r = batch["dst_neg"].size(1)
+            neg = inverse[2 * n :].view(n, r)
+            neg = neg.view(-1) if r == 1 else neg
+            out.metadata = (batch["input_id"], inverse[:n], inverse[n : 2 * n], neg, None)
+        else:
+            out.metadata = (batch["input_id"], inverse.view(2, n), batch["edge_label"], None)
+        return self._collate(out, None, mode, alloc)
+
+    def _collate(self, out: Any, input_type: Any, link: Any, alloc: Any) -> Data | HeteroData:
+        """Gather node attributes (local + remote) and build the batch with the local loader's
+        `to_data` / `to_hetero_data`, so both loaders emit the same layout."""
+        if isinstance(out, HeteroSamplerOutput):
+            attrs = {t: self._gather(nodes, t, alloc) for t, nodes in out.node.items()}
+            return to_hetero_data(out, node_attrs=attrs, input_type=input_type, link=link)
+        return to_data(out, node_attrs=self._gather(out.node, None, alloc), link=link)
+
+    def _gather(self, nodes: Tensor, group: Any, alloc: Any) -> dict[str, Tensor]:
+        attrs = self.spec.attrs
+        if attrs is not None:
+            attrs = [a for a in attrs if a in self.feature_store.attr_names(group)]
+        return self.feature_store.fetch(nodes, group, attrs, alloc)
+
+
+def local_hop(graph_store: LocalGraphStore, jobs: Sequence[Job], replace: bool) -> list[HopResult]:
+    """Sample every job on this partition (its frontier nodes must be owned here)."""
+    out = []
+    for edge_type, frontier, k, seed in jobs:
+        colptr, row, edge_id = graph_store.csc_numpy(edge_type)
+        nbrs, epos, counts = sample_hop(colptr, row, frontier, k, replace, seed)
+        out.append((nbrs, edge_id[epos], counts))
+    return out
+
+
+def split_by_owner(owner: np.ndarray) -> dict[int, np.ndarray | None]:
+    """Partition → positions it owns (ascending); None means "all of them" (the common case)."""
+    if owner.size == 0:
+        return {}
+    lo, hi = int(owner.min()), int(owner.max())
+    if lo == hi:
+        return {lo: None}
+    order = np.argsort(owner, kind="stable")
+    bounds = np.cumsum(np.bincount(owner, minlength=hi + 1))
+    return {p: order[bounds[p] - c : bounds[p]] for p, c in enumerate(np.bincount(owner)) if c}
+
+
+def _subjobs(jobs: Sequence[Job], splits: list, p: int, wrap: Any) -> list:
+    """Jobs restricted to partition p's frontier nodes (jobs without any are left out)."""
+    return [
+        (et, wrap(f if splits[i][p] is None else f[splits[i][p]]), k, sd)
+        for i, (et, f, k, sd) in enumerate(jobs)
+        if p in splits[i]
+    ]
+
+
+def _pos(splits: list, i: int, p: int) -> int:
+    """Index of job i among the jobs sent to partition p."""
+    return sum(1 for j in range(i) if p in splits[j])
+
+
+def _cat(chunks: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(chunks) if chunks else np.empty(0, np.int64)
+
+
+def _merge(pieces: list[tuple[np.ndarray | None, HopResult]], n: int) -> HopResult:
+    """Interleave per-partition hop results back into frontier order.
+
+    `pieces`: (frontier positions, or None for all, (nbrs, eids, counts) of those positions).
+    """
+    if len(pieces) == 1 and pieces[0][0] is None:
+        return pieces[0][1]
+    counts = np.zeros(n, np.int64)
+    for idx, (_, _, c) in pieces:
+        counts[idx] = c
+    offsets = np.cumsum(counts) - counts
+    total = int(counts.sum())
+    nbrs, eids = np.empty(total, np.int64), np.empty(total, np.int64)
+    for idx, (nb, eid, c) in pieces:
+        c = c.astype(np.int64, copy=False)
+        # element j of this piece goes to offsets[its node] + (j - start of its node in the piece)
+        pos = np.arange(nb.size) + np.repeat(offsets[idx] - (np.cumsum(c) - c), c)
+        nbrs[pos], eids[pos] = nb, eid
+    return nbrs, eids, counts
+
+
+def _thaw(num_neighbors: Any) -> Any:
+    if num_neighbors and isinstance(num_neighbors[0], tuple):
+        return {et: list(v) for et, v in num_neighbors}
+    return list(num_neighbors)
+
+
+def _freeze(num_neighbors: Any) -> Any:
+    if isinstance(num_neighbors, dict):
+        return tuple((tuple(k), tuple(v)) for k, v in num_neighbors.items())
+    return tuple(num_neighbors)

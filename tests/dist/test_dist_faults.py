@@ -1,0 +1,75 @@
+"""Failures surface fast and clearly: a killed partition process, a port already in use.
+
+The killed-process test runs a real 2-partition job (trainer + sampler process per part) with a
+5 s RPC timeout, SIGKILLs partition 1's sampler mid-epoch, and checks that both trainers raise a
+`PeerError` naming it within the timeout and that every process exits on its own.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import pytest
+
+from app.distributed import DistContext, RpcInitError, init_rpc
+from tests.dist._procs import Job, write_spec
+from tests.dist.conftest import free_port, write_homo
+
+pytestmark = pytest.mark.dist
+RPC_TIMEOUT_S = 5.0
+
+
+def _wait_for(paths, timeout: float, job: Job) -> None:
+    deadline = time.monotonic() + timeout
+    while not all(p.exists() for p in paths):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"job never got going:\n{job.report()}")
+        time.sleep(0.1)
+
+
+def test_killed_partition_process_names_the_peer(tmp_path, homo_graph):
+    write_homo(tmp_path / "part", homo_graph["edge_index"], homo_graph["x"], homo_graph["y"], 2)
+    spec = write_spec(
+        tmp_path / "spec.json", root=str(tmp_path / "part"), graph="", num_parts=2, num_workers=1,
+        port=free_port(), dir=str(tmp_path), timeout=RPC_TIMEOUT_S, batch_size=8, check="check_fault",
+    )  # fmt: skip
+    with Job(spec, 2, 1) as job:
+        _wait_for([tmp_path / f"ready_trainer{p}-0" for p in range(2)], 90, job)
+        job.procs["sampler1-0-0"].kill()
+        killed_at = time.time()
+        codes = job.wait(3 * RPC_TIMEOUT_S + 20)  # every process exits by itself
+    for p in range(2):
+        assert codes[f"trainer{p}-0"] == 3, job.report()
+        err = json.loads((tmp_path / f"error_trainer{p}-0.json").read_text())
+        assert "sampler1-0-0 (partition 1)" in err["error"], err["error"]
+        assert err["t"] - killed_at <= RPC_TIMEOUT_S + 3, (
+            f"error came {err['t'] - killed_at:.1f} s after the kill"
+        )
+    assert codes["sampler0-0-0"] is not None
+
+
+def _ctx(rank: int) -> DistContext:
+    return DistContext(
+        rank=0, global_rank=rank, world_size=1, global_world_size=2, group_name="t", name=f"w{rank}"
+    )
+
+
+def test_port_in_use_is_a_clear_error():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(RpcInitError, match=f"RPC port {port} on 127.0.0.1 is already in use"):
+            init_rpc(_ctx(0), "127.0.0.1", port, timeout_s=5, init_timeout_s=5)
+
+
+def test_unreachable_master_is_a_clear_error():
+    port = free_port()
+    start = time.monotonic()
+    with pytest.raises(
+        RpcInitError, match=f"RPC master 127.0.0.1:{port} did not accept connections"
+    ):
+        init_rpc(_ctx(1), "127.0.0.1", port, timeout_s=5, init_timeout_s=1)
+    assert time.monotonic() - start < 10
