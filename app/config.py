@@ -307,7 +307,7 @@ def check_override(arg: str, *, check_value: bool = True) -> None:
     valid key in one line. Group selections (`model=gat`), `+`/`~` overrides and `hydra.*` keys
     are left to Hydra.
     """
-    if "=" not in arg or arg[0] in "+~" or arg.startswith("hydra."):
+    if "=" not in arg or arg[0] in "+~" or arg.startswith("hydra"):
         return
     key, value = arg.split("=", 1)
     path = key.split(".")

@@ -123,7 +123,15 @@ def test_override_precheck_names_key_value_and_fix(arg, message):
 
 
 def test_override_precheck_lets_valid_and_sweep_overrides_through():
-    check_overrides(["model=gat", "sampler.num_neighbors=[5,5]", "hydra.run.dir=x", "+foo=1"])
+    check_overrides(
+        [
+            "model=gat",
+            "sampler.num_neighbors=[5,5]",
+            "hydra.run.dir=x",
+            "hydra/launcher=basic",
+            "+foo=1",
+        ]
+    )
     check_overrides(
         ["-m", "model.hidden_channels=64,128", "sampler.num_neighbors='[10,5]','[15,10]'"]
     )

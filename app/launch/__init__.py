@@ -1,0 +1,159 @@
+"""Run one distributed training job: plan → partition → config → spawn → watch → result.
+
+`run_job` is the one entry for every distributed job: a single `python -m app ...` run and each
+job of a `-m` sweep (the Hydra launcher plugin calls the app's task function, which lands here)
+go through the same code. Files in the job dir:
+
+    config.yaml      the composed config every child loads (`app.config.load_config`)
+    logs/<name>.log  each child's output, every line prefixed by `[name]`
+    mlflow_run_id    written by the rank-0 trainer when its MLflow run starts
+    result.json      final metrics, written atomically by the rank-0 trainer
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from app.config import Config, ConfigError, save_config
+from app.launch.plan import EnvPlan, ProcessPlan, plan_job, plan_ports
+from app.launch.spawn import JobFailed, die_with_parent, run_procs
+
+__all__ = ["JobFailed", "PARENT_RUN_ENV", "run_job"]
+
+log = logging.getLogger("distgnn")
+
+PARENT_RUN_ENV = "DISTGNN_MLFLOW_PARENT_RUN_ID"
+RESULT_FILE = "result.json"
+RUN_ID_FILE = "mlflow_run_id"
+PARTITION_LOCK_TIMEOUT_S = 4 * 3600.0
+
+
+@contextmanager
+def _partition_lock(cfg: Config):
+    """Serialise partition creation across launchers sharing the output dir (env mode)."""
+    path = Path(cfg.output_dir) / "partitions.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + PARTITION_LOCK_TIMEOUT_S
+    with open(path, "w") as fh:
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError as err:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"{path} still locked after {PARTITION_LOCK_TIMEOUT_S} s"
+                    ) from err
+                time.sleep(0.5)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def prepare_partition(cfg: Config) -> Path:
+    """Reuse or create the job's partition, once, before any child starts."""
+    from app.partition.task import ensure_partition
+
+    with _partition_lock(cfg):
+        return ensure_partition(cfg)
+
+
+def check_supported(cfg: Config, partition_root: Path | None = None) -> None:
+    """Fail early (before partitioning, then before spawning) for jobs we do not distribute."""
+    if cfg.train.objective != "node":
+        raise ConfigError(
+            f"train.objective={cfg.train.objective!r}: distributed jobs train node "
+            "classification; run link prediction with cluster.num_nodes=1"
+        )
+    from app.partition.reader import read_meta
+
+    if partition_root is not None and read_meta(partition_root)["is_hetero"]:
+        raise ConfigError(
+            f"dataset.name={cfg.dataset.name!r} is heterogeneous: distributed jobs train "
+            "homogeneous graphs; use cluster.num_nodes=1 for it"
+        )
+
+
+def _echo_names(plan: ProcessPlan) -> list[str]:
+    """Console echo: this machine's first trainer (rank 0 in local/ssh mode)."""
+    return [p.name for p in plan.procs if p.role == "trainer"][:1]
+
+
+def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> dict[str, Any]:
+    """Run `cfg` as a distributed job in `job_dir`; return the rank-0 trainer's final metrics.
+
+    Raises:
+        JobFailed: a child exited non-zero (name, exit code, last log lines).
+        KeyboardInterrupt: Ctrl-C / SIGTERM; every child was stopped first.
+    """
+    job_dir = Path(job_dir).resolve()
+    job_dir.mkdir(parents=True, exist_ok=True)
+    for stale in (RESULT_FILE, RUN_ID_FILE):
+        (job_dir / stale).unlink(missing_ok=True)
+    extra = {PARENT_RUN_ENV: parent_run_id} if parent_run_id else {}
+    check_supported(cfg)
+    ports = plan_ports(cfg, os.environ)  # also checks the env / ssh cluster description
+    partition_root = prepare_partition(cfg)
+    check_supported(cfg, partition_root)
+    plan = plan_job(cfg, job_dir, partition_root, ports, extra_env=extra)
+    if isinstance(plan, EnvPlan):
+        die_with_parent()  # torchrun / srun killed: take this node's share down with it
+    save_config(cfg, job_dir / "config.yaml")
+    log.info(
+        "job %s: %d processes on this machine (%s), ddp port %d, rpc port %d",
+        job_dir.name,
+        len(plan.procs),
+        type(plan).__name__,
+        plan.ports.ddp,
+        plan.ports.rpc,
+    )
+    status = "FAILED"
+    try:
+        run_procs(
+            plan.procs,
+            job_dir / "logs",
+            echo=_echo_names(plan),
+            shutdown_timeout_s=cfg.cluster.shutdown_timeout_s,
+        )
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        _close_tracking(cfg, job_dir, status)
+    return _read_result(job_dir, plan)
+
+
+def _read_result(job_dir: Path, plan: ProcessPlan) -> dict[str, Any]:
+    path = job_dir / RESULT_FILE
+    if path.exists():
+        return json.loads(path.read_text())
+    if isinstance(plan, EnvPlan) and plan.node_rank != 0:
+        return {}  # the metrics are on node 0
+    raise RuntimeError(f"every process exited 0 but the rank-0 trainer wrote no {path}")
+
+
+def _close_tracking(cfg: Config, job_dir: Path, status: str) -> None:
+    """Upload every child's log to the job's MLflow run; end it if its trainer could not."""
+    run_file = job_dir / RUN_ID_FILE
+    if not cfg.mlflow.enabled or not run_file.exists():
+        return
+    from mlflow.tracking import MlflowClient
+
+    run_id = run_file.read_text().strip()
+    try:
+        client = MlflowClient(tracking_uri=cfg.tracking_uri)
+        if (job_dir / "logs").is_dir():
+            client.log_artifacts(run_id, str(job_dir / "logs"), artifact_path="logs")
+        if client.get_run(run_id).info.status == "RUNNING":
+            client.set_terminated(run_id, status=status)
+    except Exception as err:  # tracking must never hide the job's own outcome
+        log.warning("could not finish MLflow run %s: %s", run_id, err)

@@ -1,0 +1,232 @@
+"""Start a plan's processes, watch them, and stop all of them on the first failure.
+
+Every child runs in its own process group (so a signal reaches its helpers too) with its
+stdout+stderr piped through a reader thread into `<log_dir>/<name>.log`, each line prefixed by
+`[name]`; the chosen children (rank-0 trainer) are also echoed to the console, carriage returns
+kept so progress bars redraw in place. Linux children also get PDEATHSIG=SIGTERM, so even a
+SIGKILLed launcher leaves no orphans.
+
+Failure handling: the first child to exit non-zero stops the job; every other child gets SIGTERM,
+then SIGKILL after `shutdown_timeout_s`, and `JobFailed` names the child, its exit code and its
+last log lines. SIGINT/SIGTERM on the launcher stop every child the same way and re-raise
+`KeyboardInterrupt`. Cleanup runs in `finally`, on every path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import io
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from app.launch.plan import ProcSpec
+
+TAIL_LINES = 20
+# Set by torchrun for *this* launcher process; a child must not mistake them for its own
+# (TORCHELASTIC_USE_AGENT_STORE, for one, makes every c10d store a client of torchrun's).
+LAUNCHER_PREFIXES = ("TORCHELASTIC_",)
+LAUNCHER_VARS = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
+
+
+class JobFailed(RuntimeError):
+    """A child of the job exited non-zero; carries its name, exit code and last log lines."""
+
+    def __init__(self, name: str, returncode: int, tail: list[str], log_path: Path) -> None:
+        self.name, self.returncode, self.tail, self.log_path = name, returncode, tail, log_path
+        how = f"killed by signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
+        lines = "\n".join(f"  {line}" for line in tail) or "  (no output)"
+        super().__init__(f"{name} failed ({how}); log {log_path}, last lines:\n{lines}")
+
+
+@dataclass
+class Child:
+    """A started process and the thread copying its output to its log file."""
+
+    spec: ProcSpec
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    reader: threading.Thread
+    tail: deque[str]
+
+
+def die_with_parent() -> None:
+    """Get SIGTERM when the parent process dies (Linux prctl; children call it before exec)."""
+    if sys.platform.startswith("linux"):
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _pump(name: str, pipe: IO[bytes], log_path: Path, tail: deque[str], echo: bool) -> None:
+    """Copy `pipe` to the log file line by line (`\\r` ends a line too), prefixed by the name."""
+    prefix = f"[{name}] "
+    text = io.TextIOWrapper(pipe, encoding="utf-8", errors="replace", newline="")
+    with open(log_path, "a", encoding="utf-8") as log:
+        for segment in text:
+            raw = segment.rstrip("\r\n").removeprefix(prefix)  # log records carry it already
+            line = prefix + raw
+            log.write(line + "\n")
+            log.flush()
+            tail.append(raw)
+            if echo:
+                end = "\r" if segment.endswith("\r") and not segment.endswith("\r\n") else "\n"
+                sys.stdout.write(line + end)
+                sys.stdout.flush()
+
+
+def base_env() -> dict[str, str]:
+    """The launcher's environment minus the variables torchrun set for the launcher itself."""
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if k not in LAUNCHER_VARS and not k.startswith(LAUNCHER_PREFIXES)
+    }
+
+
+def start_child(spec: ProcSpec, log_dir: Path, echo: bool = False) -> Child:
+    """Start one child in its own process group, its output pumped to `<log_dir>/<name>.log`."""
+    log_path = log_dir / f"{spec.name}.log"
+    proc = subprocess.Popen(
+        spec.cmd,
+        env={**base_env(), **spec.env},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=die_with_parent,
+    )
+    tail: deque[str] = deque(maxlen=TAIL_LINES)
+    assert proc.stdout is not None
+    reader = threading.Thread(
+        target=_pump,
+        args=(spec.name, proc.stdout, log_path, tail, echo),
+        name=f"pump-{spec.name}",
+        daemon=True,
+    )
+    reader.start()
+    return Child(spec, proc, log_path, reader, tail)
+
+
+def _signal_group(child: Child, sig: int) -> None:
+    try:
+        os.killpg(child.proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop_children(children: Iterable[Child], timeout_s: float) -> None:
+    """SIGTERM every child's process group, SIGKILL what is left after `timeout_s`, reap all."""
+    children = list(children)
+    for c in children:
+        _signal_group(c, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    for c in children:
+        try:
+            c.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    for c in children:
+        _signal_group(c, signal.SIGKILL)  # also reaches helpers left in the group
+        if c.proc.poll() is None:
+            c.proc.kill()
+        c.proc.wait(timeout=5)
+    for c in children:
+        c.reader.join(timeout=2)
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """While inside, SIGTERM raises KeyboardInterrupt like Ctrl-C (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _raise(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, _raise)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _watch_exit(child: Child, exits: queue.Queue[Child]) -> None:
+    child.proc.wait()
+    exits.put(child)
+
+
+def _failure(child: Child) -> JobFailed:
+    child.reader.join(timeout=5)  # the last lines are the interesting ones
+    return JobFailed(child.spec.name, child.proc.returncode, list(child.tail), child.log_path)
+
+
+def run_procs(
+    procs: Iterable[ProcSpec],
+    log_dir: str | os.PathLike,
+    *,
+    echo: Iterable[str] = (),
+    shutdown_timeout_s: float = 10.0,
+    timeout_s: float | None = None,
+) -> None:
+    """Run `procs` to completion; raise `JobFailed` on the first failure (after stopping all).
+
+    Args:
+        echo: names of children whose output also goes to the console.
+        shutdown_timeout_s: SIGTERM → SIGKILL grace when stopping children.
+        timeout_s: stop everything and raise `TimeoutError` after this long (None: no limit).
+    """
+    log_dir = Path(log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    echo = set(echo)
+    children: list[Child] = []
+    exits: queue.Queue[Child] = queue.Queue()
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    try:
+        with sigterm_as_interrupt():
+            for spec in procs:
+                children.append(start_child(spec, log_dir, spec.name in echo))
+                threading.Thread(
+                    target=_watch_exit, args=(children[-1], exits), daemon=True
+                ).start()
+            for _ in children:
+                child = _next_exit(exits, deadline, timeout_s)
+                if child.proc.returncode != 0:
+                    stop_children(children, shutdown_timeout_s)
+                    raise _failure(child)
+    finally:
+        stop_children([c for c in children if c.proc.poll() is None], shutdown_timeout_s)
+        for c in children:
+            c.reader.join(timeout=2)
+
+
+def _next_exit(exits: queue.Queue[Child], deadline: float | None, timeout_s: float | None) -> Child:
+    """The next child to exit; short waits so Ctrl-C / SIGTERM are handled promptly."""
+    while True:
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(f"job did not finish within {timeout_s} s; stopped every process")
+        try:
+            return exits.get(timeout=0.2)
+        except queue.Empty:
+            continue

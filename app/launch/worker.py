@@ -1,0 +1,79 @@
+"""`python -m app.launch.worker`: the main of every process a job's launcher starts.
+
+Identity comes from `Runtime.from_env()` (set once by the launcher), the config from the file
+the launcher wrote. Dispatch by role: a sampler serves its partition over RPC until the job
+shuts down; a trainer runs `train_distributed`. Output goes to stdout/stderr, which the launcher
+copies into `<job_dir>/logs/<name>.log`; on failure the full traceback is logged and the last
+line is a one-line error, so the launcher's `JobFailed` shows it. SIGTERM becomes
+KeyboardInterrupt so `finally` blocks (RPC, process group, MLflow run) still run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import traceback
+
+from app.runtime import Runtime
+
+log = logging.getLogger("distgnn")
+
+EXIT_ERROR = 1
+EXIT_TERMINATED = 128 + signal.SIGTERM
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def setup_logging(runtime: Runtime) -> None:
+    """Rank-prefixed records on stderr only: the launcher already files them under logs/."""
+    from app.tracking.logging import setup_logging as setup_ranked
+
+    setup_ranked(runtime.name)
+
+
+def run(runtime: Runtime) -> int:
+    """Load the job's config and run this process's role; return the exit code."""
+    from app.config import load_config
+
+    cfg = load_config(runtime.config_path)
+    if runtime.role == "sampler":
+        from app.distributed.server import serve
+
+        return serve(runtime, cfg)
+    if runtime.role == "trainer":
+        from app.train.distributed import train_distributed
+
+        train_distributed(runtime, cfg)
+        return 0
+    raise ValueError(f"DISTGNN_ROLE={runtime.role!r}: expected trainer or sampler")
+
+
+def main() -> int:
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        runtime = Runtime.from_env()
+    except RuntimeError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_ERROR
+    setup_logging(runtime)
+    try:
+        return run(runtime)
+    except KeyboardInterrupt:
+        print(f"{runtime.name}: stopped by signal", file=sys.stderr, flush=True)
+        return EXIT_TERMINATED
+    except Exception as err:
+        traceback.print_exc(file=sys.stderr)
+        print(f"{runtime.name}: error: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    code = main()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # no interpreter teardown: a stuck RPC/agent thread must not keep us alive

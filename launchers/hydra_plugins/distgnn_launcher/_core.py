@@ -1,0 +1,152 @@
+"""The launcher's work: run a sweep's jobs one after another under one MLflow parent run.
+
+Like Hydra's BasicLauncher, each job's config is composed from the sweep config plus its
+overrides, gets its job number and output dir (`hydra.sweep.dir/hydra.sweep.subdir`), and runs
+through Hydra's `run_job` with the app's task function. The task function is the same one a
+single run calls, so a job of a sweep and a plain `python -m app ...` run share every step
+(`app.tasks.run_task` → `app.launch.run_job`: plan, partition, spawn, watch).
+
+MLflow nesting: before the first job, one parent run is created in the app's tracking store and
+its id exported as `DISTGNN_MLFLOW_PARENT_RUN_ID`; `app.tasks` passes it on, and each job's run
+(started by its rank-0 trainer) is tagged as its child. The parent ends FINISHED, FAILED (a job
+failed) or KILLED (Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hydra.core.utils import (
+    JobReturn,
+    JobStatus,
+    configure_log,
+    filter_overrides,
+    run_job,
+    setup_globals,
+)
+from omegaconf import DictConfig, open_dict
+
+if TYPE_CHECKING:
+    from .launcher import DistgnnLauncher
+
+log = logging.getLogger(__name__)
+
+PARENT_RUN_ENV = "DISTGNN_MLFLOW_PARENT_RUN_ID"
+
+
+def launch(
+    launcher: DistgnnLauncher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+) -> list[JobReturn]:
+    """Run every job of this batch sequentially; return their `JobReturn`s in order."""
+    setup_globals()
+    assert launcher.config is not None, "setup() must run before launch()"
+    config = launcher.config
+    configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    log.info("distgnn launcher: %d jobs, one after another, in %s", len(job_overrides), sweep_dir)
+    if launcher.mlflow_parent:
+        launcher.parent_run_id = open_parent_run(config, sweep_dir, launcher.parent_run_id)
+    runs: list[JobReturn] = []
+    status = "FINISHED"
+    try:
+        with _exported(PARENT_RUN_ENV, launcher.parent_run_id):
+            for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
+                runs.append(_run_one(launcher, idx, overrides))
+                if runs[-1].status == JobStatus.FAILED:
+                    status = "FAILED"
+                    log.error("job #%d failed: %s", idx, runs[-1]._return_value)
+                    if launcher.stop_on_failure:
+                        break
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    except BaseException:  # e.g. SystemExit from a job whose config is invalid
+        status = "FAILED"
+        raise
+    finally:
+        if launcher.parent_run_id:
+            close_parent_run(config, launcher.parent_run_id, status)
+    return runs
+
+
+def _run_one(launcher: DistgnnLauncher, idx: int, overrides: Sequence[str]) -> JobReturn:
+    """Compose job `idx`'s config and run it in its sweep subdir with the app's task function."""
+    assert launcher.hydra_context is not None and launcher.task_function is not None
+    assert launcher.config is not None
+    log.info("\t#%d : %s", idx, " ".join(filter_overrides(overrides)))
+    sweep_config = launcher.hydra_context.config_loader.load_sweep_config(
+        launcher.config, list(overrides)
+    )
+    with open_dict(sweep_config):
+        sweep_config.hydra.job.id = idx
+        sweep_config.hydra.job.num = idx
+    ret = run_job(
+        hydra_context=launcher.hydra_context,
+        task_function=launcher.task_function,
+        config=sweep_config,
+        job_dir_key="hydra.sweep.dir",
+        job_subdir_key="hydra.sweep.subdir",
+    )
+    configure_log(launcher.config.hydra.hydra_logging, launcher.config.hydra.verbose)
+    return ret
+
+
+@contextmanager
+def _exported(key: str, value: str | None) -> Iterator[None]:
+    """Set env `key` to `value` (if any) while inside; restore the previous value after."""
+    previous = os.environ.get(key)
+    if value:
+        os.environ[key] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = previous
+
+
+def _app_config(config: DictConfig):  # -> app.config.Config
+    from app.config import to_config
+
+    node = copy.deepcopy(config)
+    with open_dict(node):
+        del node["hydra"]
+    return to_config(node)
+
+
+def open_parent_run(config: DictConfig, sweep_dir: Path, run_id: str | None) -> str | None:
+    """Create the sweep's MLflow parent run (or mark an earlier batch's one RUNNING again)."""
+    cfg = _app_config(config)
+    if not cfg.mlflow.enabled:
+        return None
+    from app.tracking.mlflow import MlflowTracker
+
+    tracker = MlflowTracker(cfg.tracking_uri, cfg.mlflow.experiment_name)
+    if run_id:
+        tracker.client.update_run(run_id, status="RUNNING")
+        return run_id
+    run_id = tracker.start_parent(
+        cfg.mlflow.run_name or f"sweep-{sweep_dir.name}",
+        tags={"sweep_dir": str(sweep_dir.resolve()), "launcher": "distgnn"},
+    )
+    log.info("MLflow parent run %s in %s", run_id, cfg.tracking_uri)
+    return run_id
+
+
+def close_parent_run(config: DictConfig, run_id: str, status: str) -> None:
+    """End the parent run with `status`; tracking problems are logged, never raised."""
+    try:
+        from app.tracking.mlflow import MlflowTracker
+
+        cfg = _app_config(config)
+        MlflowTracker(cfg.tracking_uri, cfg.mlflow.experiment_name).end_parent(run_id, status)
+    except Exception as err:
+        log.warning("could not end MLflow parent run %s: %s", run_id, err)

@@ -1,0 +1,285 @@
+"""Whole jobs through `python -m app` on 127.0.0.1: 2 nodes, sweeps in MLflow, failures, resume.
+
+Every test runs real processes (trainers, samplers, RPC, gloo) on the smoke graph; each wait
+is bounded (subprocess timeouts, `run_procs` deadlines).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import REPO, run_app
+
+pytestmark = pytest.mark.dist
+
+SMOKE = ("+experiment=smoke", "cluster.num_nodes=2")
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory) -> Path:
+    """Output dir shared by the module's jobs: datasets and partitions are made once."""
+    return tmp_path_factory.mktemp("e2e")
+
+
+def _common(shared: Path, tmp: Path) -> list[str]:
+    """Shared data/partitions; a fresh MLflow store per test."""
+    return [
+        f"output_dir={shared}",
+        f"dataset.root={shared}/data",
+        f"mlflow.tracking_uri=sqlite:///{tmp}/mlflow.db",
+    ]
+
+
+def _ok(proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == 0, (
+        f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    )
+
+
+def test_two_node_run(shared, tmp_path):
+    job = tmp_path / "run"
+    proc = run_app(*SMOKE, *_common(shared, tmp_path), f"hydra.run.dir={job}", timeout=120)
+    _ok(proc)
+    result = json.loads((job / "result.json").read_text())
+    assert 0.0 <= result["test_acc"] <= 1.0
+    logs = sorted(p.name for p in (job / "logs").glob("*.log"))
+    assert logs == ["trainer0-0.log", "trainer1-0.log"]  # smoke: samplers in the trainers
+    assert all(
+        line.startswith("[trainer1-0] ")
+        for line in (job / "logs" / "trainer1-0.log").read_text().splitlines()
+    )
+    assert "[trainer0-0]" in proc.stdout  # rank 0 echoed to the console
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    run_id = (job / "mlflow_run_id").read_text().strip()
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert "test_acc" in run.data.metrics
+    artifacts = {a.path for a in client.list_artifacts(run_id, "logs")}
+    assert artifacts == {"logs/trainer0-0.log", "logs/trainer1-0.log"}
+
+
+def test_multirun_nests_jobs_under_one_parent(shared, tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = run_app(
+        "-m",
+        *SMOKE,
+        *_common(shared, tmp_path),
+        f"hydra.sweep.dir={sweep}",
+        "train.epochs=1",
+        "train.lr=0.01,0.003",
+        timeout=180,
+    )
+    _ok(proc)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.get_experiment_by_name("distgnn")
+    runs = client.search_runs([exp.experiment_id])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1 and len(children) == 2
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parents[0].info.run_id}
+    assert {r.info.status for r in runs} == {"FINISHED"}
+    assert {r.data.params["train.lr"] for r in children} == {"0.01", "0.003"}
+    for n in (0, 1):
+        assert (sweep / str(n) / "result.json").exists()
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _role(p: psutil.Process) -> str | None:
+    """`sampler1` / `trainer0` ... from a child's DISTGNN_* environment."""
+    try:
+        env = p.environ()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+    if "DISTGNN_ROLE" not in env:
+        return None
+    return env["DISTGNN_ROLE"] + env["DISTGNN_NODE_RANK"]
+
+
+@pytest.mark.parametrize("victim", ["sampler1", "trainer1"])
+def test_killed_child_fails_the_job_without_orphans(shared, tmp_path, victim):
+    launcher, _ = _start_long_job(shared, tmp_path)
+    try:
+        kids = _descendants(launcher.pid)
+        target = next(p for p in kids if _role(p) == victim)
+        time.sleep(1.0)
+        target.send_signal(signal.SIGKILL)
+        _, err = launcher.communicate(timeout=60)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    assert launcher.returncode != 0
+    name = {"sampler1": "sampler1-0-0", "trainer1": "trainer1-0"}[victim]
+    assert f"{name} failed (killed by signal 9)" in err
+    assert not [p.pid for p in kids if psutil.pid_exists(p.pid)]
+
+
+def _start_long_job(shared: Path, tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, Path]:
+    """A 2-node job with sampler processes that runs long enough to be interrupted."""
+    job = tmp_path / "run"
+    args = [
+        *SMOKE,
+        *_common(shared, tmp_path),
+        f"hydra.run.dir={job}",
+        "loader.num_workers=1",
+        "train.epochs=50",
+        "cluster.shutdown_timeout_s=3",
+        *extra,
+    ]
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "app", *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 90
+    while not (job / "mlflow_run_id").exists():  # rank 0 is past RPC init
+        if time.monotonic() > deadline or launcher.poll() is not None:
+            launcher.kill()
+            pytest.fail(f"job did not start: {launcher.communicate()}")
+        time.sleep(0.2)
+    return launcher, job
+
+
+def test_sigint_on_launcher_stops_job_and_marks_run_killed(shared, tmp_path):
+    launcher, job = _start_long_job(shared, tmp_path)
+    try:
+        kids = _descendants(launcher.pid)
+        assert len(kids) >= 4  # 2 trainers + 2 samplers
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        launcher.send_signal(signal.SIGINT)
+        launcher.communicate(timeout=60)
+        stopped = time.monotonic() - t0
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    assert launcher.returncode != 0
+    assert not [p.pid for p in kids if psutil.pid_exists(p.pid)]
+    assert stopped < 15  # children within 10 s, plus the launcher's own MLflow bookkeeping
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    run = client.get_run((job / "mlflow_run_id").read_text().strip())
+    assert run.info.status == "KILLED"
+
+
+def test_uneven_batches_and_resume(shared, tmp_path):
+    """Ranks with different batch counts finish (Join); a second run resumes from epoch 2."""
+    job = tmp_path / "run"
+    uneven = [
+        *SMOKE,
+        *_common(shared, tmp_path),
+        f"hydra.run.dir={job}",
+        "partition.method=random",
+        "partition.balance_train=false",
+        "loader.batch_size=10",
+        "train.epochs=2",
+    ]
+    _ok(run_app(*uneven, timeout=120))
+    steps = [
+        json.loads(line.split("seeds ", 1)[1])
+        for name in ("trainer0-0", "trainer1-0")
+        for line in (job / "logs" / f"{name}.log").read_text().splitlines()
+        if "seeds {" in line
+    ]
+    assert len(steps) == 2 and steps[0]["batches"] != steps[1]["batches"]
+    first = json.loads((job / "result.json").read_text())
+    assert first["epochs_done"] == 2
+    _ok(run_app(*uneven[:-1], "train.epochs=3", "train.resume=true", timeout=120))
+    second = json.loads((job / "result.json").read_text())
+    assert second["epochs_done"] == 3
+    log0 = (job / "logs" / "trainer0-0.log").read_text()
+    assert "resumed" in log0.lower()
+
+
+def test_torchrun_two_agents_env_mode(shared, tmp_path):
+    from app.launch.plan import free_ports
+
+    (port,) = free_ports(1)
+    procs = []
+    for node in (0, 1):
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes=2",
+            f"--node_rank={node}",
+            "--nproc_per_node=1",
+            "--master_addr=127.0.0.1",
+            f"--master_port={port}",
+            "-m",
+            "app",
+            *SMOKE,
+            *_common(shared, tmp_path),
+            "cluster=env",
+            "cluster.num_nodes=2",
+            f"hydra.run.dir={tmp_path}/node{node}",
+        ]
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        procs.append(
+            subprocess.Popen(
+                cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+        )
+    try:
+        outs = [p.communicate(timeout=150)[0] for p in procs]
+    finally:
+        for p in procs:  # torchrun forwards SIGTERM to its worker (our launcher)
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    for p, out in zip(procs, outs, strict=True):
+        assert p.returncode == 0, out[-3000:]
+    assert (tmp_path / "node0" / "result.json").exists()
+    assert (tmp_path / "node1" / "logs" / "trainer1-0.log").exists()
+    assert not (tmp_path / "node1" / "logs" / "trainer0-0.log").exists()
+
+
+def test_accuracy_parity_with_single_process(shared, tmp_path, compose):
+    """Same data and hyper-parameters: 2 nodes within 1.5 accuracy points of 1 process."""
+    from app.launch import run_job
+    from app.train.single import train_single
+
+    common = [
+        "+experiment=smoke",
+        f"output_dir={shared}",
+        f"dataset.root={shared}/data",
+        "mlflow.enabled=false",
+        "dataset.num_nodes=6000",
+        "dataset.train_frac=0.3",
+        "train.epochs=20",
+        "train.lr=0.01",
+        "loader.batch_size=128",
+    ]
+    single = train_single(compose(*common), job_dir=tmp_path / "single")
+    dist = run_job(compose(*common, "cluster.num_nodes=2"), tmp_path / "dist")
+    assert single["test_acc"] > 0.8  # converged, so the comparison means something
+    assert abs(single["test_acc"] - dist["test_acc"]) <= 0.015, (single, dist)
