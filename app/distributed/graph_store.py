@@ -4,6 +4,13 @@ Each edge type keeps the partition's owned in-edges as `colptr` (indexable by gl
 id), `row` (global source ids) and `edge_id` (global edge ids), exactly as the partition files
 store them and memory-mapped from disk: the processes of one node share the same pages, and
 nothing here copies them. The node/edge maps (id → partition) route requests to owners.
+
+Two things serve temporal sampling. `node_time(type)` is the time of EVERY node of a type
+(owned and halo: the kernel reads `node_time[row[p]]`), memory-mapped from the partition's
+`node_time.pt`; partitions without it refuse temporal sampling with a one-line fix. And a
+temporal partition stores each column sorted by source time (PyG's layout), whereas the local
+sampler keeps a column in edge-id order: such columns are put back in edge-id order on load (a
+private copy of `row` / `edge_id`), so seeded samples stay equal to the single-machine ones.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from torch_geometric.data import EdgeAttr, EdgeLayout, GraphStore
 
 from app.partition.book import DictPartitionBook, PartitionBook
 from app.partition.reader import (
+    REPARTITION_HINT,
     PartitionData,
     csc_pointer,
     load_partition,
@@ -43,6 +51,9 @@ class LocalGraphStore(GraphStore):
         self.edge_pb: Tensor | dict[EdgeType, Tensor] | None = None
         self.meta: dict[str, Any] = {"is_hetero": False}
         self.is_sorted = True
+        self.root: Path | None = None  # partition folder (for messages)
+        self._time: dict[str | None, Tensor] = {}
+        self._time_np: dict[str | None, np.ndarray] = {}
 
     # -- construction -------------------------------------------------------------------------
 
@@ -61,10 +72,13 @@ class LocalGraphStore(GraphStore):
         )
         store.node_pb = part.book
         store.edge_pb = _load_edge_map(part)
+        store.root = part.root
         items = part.graph.items() if part.is_hetero else [(None, part.graph)]
         for key, g in items:
             size = tuple(int(s) for s in g["size"])
-            store._add(key, g["colptr"], g["row"], g["edge_id"], size)
+            store._add(key, g["colptr"], *_edge_id_order(g), size)
+        if part.node_time is not None:
+            store._time = part.node_time if part.is_hetero else {None: part.node_time}
         return store
 
     @classmethod
@@ -148,6 +162,34 @@ class LocalGraphStore(GraphStore):
                 return int(attr.size[0])
         raise KeyError(f"node type {node_type!r} is in no edge type of this graph store")
 
+    @property
+    def time_types(self) -> list[str | None]:
+        """Node types with a time (homogeneous: [None] when the graph is temporal)."""
+        return list(self._time)
+
+    def node_time(self, node_type: str | None = None) -> Tensor:
+        """Time of every node of a type, by global id (temporal partitions only)."""
+        if node_type in self._time:
+            return self._time[node_type]
+        root = self.root or "this graph store"
+        if not self._time:
+            raise ValueError(
+                f"{root} holds no node times (node_time.pt): it was written from a graph without "
+                f"node `time` or by an older partitioner; partition with dataset.temporal=true "
+                f"({REPARTITION_HINT}), or set sampler.time_attr=null"
+            )
+        raise ValueError(
+            f"node type {node_type!r} has no time in {root} (types with time: "
+            f"{sorted(self._time)}); temporal sampling needs a time on every sampled node type"
+        )
+
+    def node_time_numpy(self, node_type: str | None = None) -> np.ndarray:
+        """`node_time` as a zero-copy numpy view for the numba kernel."""
+        view = self._time_np.get(node_type)
+        if view is None:
+            view = self._time_np[node_type] = self.node_time(node_type).numpy()
+        return view
+
     def owner(self, ids: np.ndarray, node_type: str | None = None) -> np.ndarray:
         """Owning partition of each global id (numpy in and out: the sampler's hot path)."""
         if self.num_partitions == 1:
@@ -194,6 +236,24 @@ def owner_of(book: PartitionBook, ids: np.ndarray) -> np.ndarray:
     if node_map is not None:
         return node_map.numpy()[ids]
     return book.partition_of(torch.from_numpy(ids)).numpy()
+
+
+def _edge_id_order(g: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+    """(row, edge_id) with every column in edge-id order, the local sampler's CSC order.
+
+    Columns already in that order (non-temporal partitions) are returned as they are (the
+    memory-mapped tensors); otherwise (a temporal partition sorts each column by source time)
+    one stable sort builds the reordered copy.
+    """
+    row, col, edge_id = g["row"], g["col"], g["edge_id"]
+    if edge_id.numel() < 2:
+        return row, edge_id
+    same_col = col[1:] == col[:-1]
+    if not bool((same_col & (edge_id[1:] < edge_id[:-1])).any()):
+        return row, edge_id
+    perm = torch.sort(edge_id, stable=True).indices
+    perm = perm[torch.sort(col[perm], stable=True).indices]
+    return row[perm], edge_id[perm]
 
 
 def _load_edge_map(part: PartitionData) -> Any:

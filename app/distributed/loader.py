@@ -27,7 +27,7 @@ from app.distributed import rpc, server
 from app.distributed.context import DistContext
 from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.graph_store import LocalGraphStore
-from app.distributed.sampler import DistNeighborSampler
+from app.distributed.sampler import DistNeighborSampler, remote_sample_batch_at
 from app.runtime import worker_name
 from app.sampler.kernel import derive_seed
 
@@ -194,11 +194,17 @@ class DistNeighborLoader(DistLoader):
     """Batches of seed nodes → sampled subgraphs (Data / HeteroData, NeighborLoader layout).
 
     `input_nodes`: global ids (Tensor), `(node_type, ids)`, or None for every node this
-    partition owns. Other arguments: see `DistLoader` (PyG's names).
+    partition owns. `input_time` (temporal sampling, `time_attr` set): one time per input node,
+    by default the input nodes' own times. Other arguments: see `DistLoader` (PyG's names).
     """
 
     def __init__(
-        self, data: Stores | str | Path, num_neighbors: Any, input_nodes: Any = None, **kwargs: Any
+        self,
+        data: Stores | str | Path,
+        num_neighbors: Any,
+        input_nodes: Any = None,
+        input_time: Tensor | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(data, num_neighbors, **kwargs)
         input_type, ids = input_nodes if isinstance(input_nodes, tuple) else (None, input_nodes)
@@ -207,14 +213,37 @@ class DistNeighborLoader(DistLoader):
         if ids is None:
             ids = self.feature_store.get_global_id(input_type)
         self.input_type, self.input_nodes = input_type, torch.as_tensor(ids, dtype=torch.int64)
+        self.input_time = self._input_time(input_time)
+
+    def _input_time(self, input_time: Tensor | None) -> Tensor | None:
+        """Seed times of the input nodes (temporal sampling), None otherwise."""
+        if not self.sampler.temporal:
+            if input_time is not None:
+                raise ValueError("input_time needs temporal sampling: set time_attr='time'")
+            return None
+        if input_time is None:
+            return self.graph_store.node_time(self.input_type)[self.input_nodes]
+        input_time = torch.as_tensor(input_time)
+        if input_time.shape != self.input_nodes.shape:
+            raise ValueError(
+                f"input_time has shape {tuple(input_time.shape)} for {self.input_nodes.numel()} "
+                "input nodes: pass one time per input node"
+            )
+        return input_time
 
     def _num_inputs(self) -> int:
         return self.input_nodes.numel()
 
     def _submit(self, index: Tensor, seed: int) -> Any:
         seeds = self.input_nodes[index]
-        args = (self.spec, seeds, index, self.input_type, seed)
-        return self._dispatch(server.remote_sample_batch, args, self.sampler.sample_batch, args[1:])
+        if self.input_time is None:
+            args = (self.spec, seeds, index, self.input_type, seed)
+            sample = self.sampler.sample_batch
+            return self._dispatch(server.remote_sample_batch, args, sample, args[1:])
+        times = self.input_time[index]
+        args = (self.spec, seeds, times, index, self.input_type, seed)
+        local_args = (seeds, index, self.input_type, seed, None, times)
+        return self._dispatch(remote_sample_batch_at, args, self.sampler.sample_batch, local_args)
 
 
 class DistLinkNeighborLoader(DistLoader):
@@ -235,6 +264,11 @@ class DistLinkNeighborLoader(DistLoader):
         neg_sampling_ratio: float | None = None,
         **kwargs: Any,
     ) -> None:
+        if kwargs.get("time_attr"):
+            raise ValueError(
+                f"time_attr={kwargs['time_attr']!r}: DistLinkNeighborLoader does not sample "
+                "temporally; set sampler.time_attr=null for link prediction"
+            )
         super().__init__(data, num_neighbors, **kwargs)
         if self.graph_store.is_hetero:
             raise ValueError("DistLinkNeighborLoader supports homogeneous graphs only")

@@ -5,10 +5,17 @@ partition are sent first — ONE call per remote partition per hop, carrying eve
 hop — then the local part is sampled with the numba kernel while those calls are in flight, and
 the answers are merged back in frontier order. De-duplication and relabelling use the local
 sampler's `Relabeler` (disjoint too), and the kernel draws per (hop seed, node), so a seeded
-distributed sample equals the single-machine sample of the unpartitioned graph, id for id. Features and labels of the sampled nodes come from `LocalFeatureStore.fetch`
-(local rows + one batched call per remote partition).
+distributed sample equals the single-machine sample of the unpartitioned graph, id for id.
+Features and labels of the sampled nodes come from `LocalFeatureStore.fetch` (local rows + one
+batched call per remote partition).
 
-The sampler serves its own partition to peers through `local_hop` (see `server.remote_hop`).
+Temporal sampling (`time_attr`, node-level time): as in the local sampler it is disjoint, and
+every frontier entry carries its seed's time to the partition that owns it, which keeps only
+neighbours not later than that time (the graph store holds every node's time, halo included).
+Source node types without a time are not filtered, as in the local sampler.
+
+The sampler serves its own partition to peers through `local_hop` (see `server.remote_hop`;
+temporal hops go through `remote_temporal_hop`, temporal batches through `remote_sample_batch_at`).
 """
 
 from __future__ import annotations
@@ -28,10 +35,11 @@ from app.distributed import rpc
 from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.graph_store import LocalGraphStore
 from app.loader.batch import to_data, to_hetero_data
-from app.sampler.kernel import Relabeler, derive_seed, hop_seed, sample_hop
+from app.sampler.kernel import STRATEGIES, Relabeler, derive_seed, hop_seed, sample_hop
 
 EdgeType = tuple[str, str, str]
-Job = tuple[Any, np.ndarray, int, int]  # (edge type or None, frontier global ids, fan-out, seed)
+# (edge type or None, frontier global ids, fan-out, seed, seed time per frontier entry or None)
+Job = tuple[Any, np.ndarray, int, int, np.ndarray | None]
 HopResult = tuple[np.ndarray, np.ndarray, np.ndarray]  # (neighbour ids, edge ids, counts)
 
 
@@ -93,11 +101,8 @@ class DistNeighborSampler:
                 f"subgraph_type={subgraph_type!r}: the distributed sampler supports 'directional' "
                 "only; use sampler.subgraph_type=directional"
             )
-        if time_attr:
-            raise ValueError(
-                f"time_attr={time_attr!r}: temporal sampling is not supported by the distributed "
-                "sampler yet; set sampler.time_attr=null"
-            )
+        self.temporal = _check_temporal(self.graph_store, time_attr, temporal_strategy)
+        disjoint = disjoint or self.temporal  # temporal sampling is disjoint, as locally
         self.spec = SamplerSpec(
             _freeze(num_neighbors),
             replace,
@@ -107,7 +112,7 @@ class DistNeighborSampler:
             time_attr,
             None if attrs is None else tuple(attrs),
         )
-        self.replace, self.disjoint = replace, disjoint
+        self.replace, self.disjoint, self.strategy = replace, disjoint, temporal_strategy
         self.num_hops = self._check_fanouts(num_neighbors)
         self.num_neighbors = num_neighbors
         self.router = router
@@ -164,8 +169,7 @@ class DistNeighborSampler:
 
         gs = self.graph_store
         splits = [
-            split_by_owner(gs.owner(f, t))
-            for (_, f, _, _), t in zip(jobs, node_types, strict=False)
+            split_by_owner(gs.owner(job[1], t)) for job, t in zip(jobs, node_types, strict=False)
         ]
         present = sorted({p for sp in splits for p in sp})
         calls = {}
@@ -175,22 +179,27 @@ class DistNeighborSampler:
             if self.router is None:
                 raise RuntimeError(f"frontier nodes on partition {p} but no RPC router is set")
             sub = _subjobs(jobs, splits, p, torch.from_numpy)
-            calls[p] = rpc.call_partition(self.router, p, remote_hop, (sub, self.replace))
-            self.stats.add(1, sum(f.numel() * 8 for _, f, _, _ in sub))
+            if self.temporal:
+                args = (sub, self.replace, self.strategy)
+                calls[p] = rpc.call_partition(self.router, p, remote_temporal_hop, args)
+            else:  # the 4-field jobs of `server.remote_hop`
+                args = ([job[:4] for job in sub], self.replace)
+                calls[p] = rpc.call_partition(self.router, p, remote_hop, args)
+            self.stats.add(1, sum(job[1].numel() * (16 if self.temporal else 8) for job in sub))
         results: dict[int, list[HopResult]] = {}
         if self.partition_idx in present:
             sub = _subjobs(jobs, splits, self.partition_idx, lambda a: a)
-            results[self.partition_idx] = local_hop(gs, sub, self.replace)
+            results[self.partition_idx] = local_hop(gs, sub, self.replace, self.strategy)
         for p, call in calls.items():
             got = call.wait()
             self.stats.add(0, sum(sum(t.numel() * 8 for t in r) for r in got))
             results[p] = [tuple(t.numpy() for t in r) for r in got]
         merged = []
-        for i, (_, f, _, _) in enumerate(jobs):
+        for i, job in enumerate(jobs):
             pieces = [
                 (splits[i][p], results[p][_pos(splits, i, p)]) for p in present if p in splits[i]
             ]
-            merged.append(_merge(pieces, f.size))
+            merged.append(_merge(pieces, job[1].size))
         return merged
 
     # -- multi-hop ----------------------------------------------------------------------------
@@ -205,19 +214,25 @@ class DistNeighborSampler:
         return cache[node_type]
 
     def sample_from_nodes(
-        self, seeds: Tensor, input_type: str | None = None, seed: int = 0
+        self,
+        seeds: Tensor,
+        input_type: str | None = None,
+        seed: int = 0,
+        seed_time: Tensor | None = None,
     ) -> SamplerOutput | HeteroSamplerOutput:
         """Sample the multi-hop neighbourhood of global `seeds` (PyG's output types).
 
         `seed` seeds the kernel exactly like the single-machine sampler (`hop_seed(seed, hop)`
         per hop, a stream per node), so both draw the same sample from the same graph.
+        `seed_time` (temporal sampling only, one per seed): no neighbour later than it is drawn.
         """
+        times = self._seed_times(seeds, seed_time)
         gs = self.graph_store
         etypes = gs.edge_types if gs.is_hetero else [None]
         ntypes = list(gs.meta["node_types"]) if gs.is_hetero else [None]
         rels = {t: self._relabeler(t) for t in ntypes}
         try:
-            out = self._grow(seeds.numpy(), input_type, seed, etypes, ntypes, rels)
+            out = self._grow(seeds.numpy(), input_type, seed, etypes, ntypes, rels, times)
             nodes = {t: rels[t].nodes.copy() for t in ntypes}
             batch = {t: rels[t].batch.copy() for t in ntypes} if self.disjoint else None
         finally:
@@ -240,8 +255,24 @@ class DistNeighborSampler:
             num_sampled_nodes=nsn, num_sampled_edges=nse,
         )  # fmt: skip
 
-    def _grow(self, seeds, input_type, seed, etypes, ntypes, rels) -> tuple:
-        """Hop loop: sample, relabel, record edges; the next frontier is each hop's new nodes."""
+    def _seed_times(self, seeds: Tensor, seed_time: Tensor | None) -> np.ndarray | None:
+        if not self.temporal:
+            return None
+        if seed_time is None:
+            raise ValueError("temporal sampling (time_attr set) needs a seed time per seed")
+        times = np.ascontiguousarray(torch.as_tensor(seed_time).numpy())
+        if times.shape != (seeds.numel(),):
+            raise ValueError(
+                f"seed_time has shape {tuple(times.shape)} for {seeds.numel()} seeds: "
+                "pass one time per seed"
+            )
+        return times
+
+    def _grow(self, seeds, input_type, seed, etypes, ntypes, rels, times=None) -> tuple:
+        """Hop loop: sample, relabel, record edges; the next frontier is each hop's new nodes.
+
+        Temporal (`times`: per seed): a frontier entry's time is its tree's (seed's) time.
+        """
         src_t = {et: et[0] if et else None for et in etypes}
         dst_t = {et: et[2] if et else None for et in etypes}
         empty = np.empty(0, np.int64)
@@ -257,7 +288,8 @@ class DistNeighborSampler:
             todo = [et for et in etypes if front[dst_t[et]][0].size and self.fanout(et, hop) != 0]
             jobs = [
                 (et, front[dst_t[et]][0], self.fanout(et, hop),
-                 derive_seed(hs, etypes.index(et)) if et else hs)
+                 derive_seed(hs, etypes.index(et)) if et else hs,
+                 None if times is None else times[front[dst_t[et]][2]])
                 for et in todo
             ]  # fmt: skip
             results = self.sample_one_hop(jobs, [dst_t[et] for et in todo])
@@ -291,13 +323,15 @@ class DistNeighborSampler:
         input_type: str | None = None,
         seed: int = 0,
         alloc: Any = None,
+        seed_time: Tensor | None = None,
     ) -> Data | HeteroData:
         """Seeds → sampled subgraph with features and labels, in NeighborLoader's layout.
 
         `alloc` provides the feature arrays (see `server.ShmAllocator`); default: heap.
+        `seed_time`: one time per seed (temporal sampling; kept as the batch's `seed_time`).
         """
-        out = self.sample_from_nodes(seeds, input_type, seed)
-        out.metadata = (input_id, None)
+        out = self.sample_from_nodes(seeds, input_type, seed, seed_time)
+        out.metadata = (input_id, seed_time)
         return self._collate(out, input_type, False, alloc)
 
     def sample_edges(
@@ -308,6 +342,11 @@ class DistNeighborSampler:
         `batch`: `src`, `dst` (positives, then binary negatives), `input_id`, and `edge_label`
         (binary) or `dst_neg` ([B, r], triplet). Endpoints are de-duplicated (sorted) into seeds.
         """
+        if self.temporal:
+            raise ValueError(
+                "temporal link sampling is not supported by the distributed sampler; "
+                "set sampler.time_attr=null for link prediction"
+            )
         src, dst = batch["src"], batch["dst"]
         ends = [src, dst] + ([batch["dst_neg"].reshape(-1)] if mode == "triplet" else [])
         seeds, inverse = torch.unique(torch.cat(ends), return_inverse=True)
@@ -337,14 +376,68 @@ class DistNeighborSampler:
         return self.feature_store.fetch(nodes, group, attrs, alloc)
 
 
-def local_hop(graph_store: LocalGraphStore, jobs: Sequence[Job], replace: bool) -> list[HopResult]:
-    """Sample every job on this partition (its frontier nodes must be owned here)."""
+def local_hop(
+    graph_store: LocalGraphStore, jobs: Sequence[tuple], replace: bool, strategy: str = "uniform"
+) -> list[HopResult]:
+    """Sample every job on this partition (its frontier nodes must be owned here).
+
+    A job is `(edge type, frontier, fan-out, seed[, seed time per frontier entry])`; with
+    times, neighbours later than their entry's time are skipped (sources with a time only).
+    """
     out = []
-    for edge_type, frontier, k, seed in jobs:
+    for edge_type, frontier, k, seed, *rest in jobs:
         colptr, row, edge_id = graph_store.csc_numpy(edge_type)
-        nbrs, epos, counts = sample_hop(colptr, row, frontier, k, replace, seed)
+        time = rest[0] if rest else None
+        src_type = edge_type[0] if edge_type is not None else None
+        if src_type is not None and src_type not in graph_store.time_types:
+            time = None  # a source type without time is not filtered (the local rule)
+        node_time = None if time is None else graph_store.node_time_numpy(src_type)
+        nbrs, epos, counts = sample_hop(
+            colptr, row, frontier, k, replace, seed, node_time, time, strategy
+        )
         out.append((nbrs, edge_id[epos], counts))
     return out
+
+
+def remote_temporal_hop(jobs: list, replace: bool, strategy: str) -> list:
+    """RPC entry: one temporal hop of every job `(edge type, frontier, fan-out, seed, seed
+    time)` on this process's partition (`server.remote_hop` with seed times)."""
+    from app.distributed import server
+
+    jobs = [(et, f.numpy(), k, sd, t.numpy()) for et, f, k, sd, t in jobs]
+    hops = local_hop(server._stores()[1], jobs, replace, strategy)
+    return [tuple(torch.from_numpy(a) for a in r) for r in hops]
+
+
+def remote_sample_batch_at(
+    spec: SamplerSpec, seeds: Tensor, seed_time: Tensor, input_id: Tensor, input_type: Any,
+    seed: int,
+) -> Any:  # fmt: skip
+    """RPC entry: `server.remote_sample_batch` with a time per seed (temporal sampling)."""
+    from app.distributed import server
+
+    alloc = server.ShmAllocator() if spec.shm else None
+    data = server._sampler(spec).sample_batch(seeds, input_id, input_type, seed, alloc, seed_time)
+    return alloc.export(data) if alloc else data
+
+
+def _check_temporal(graph_store: LocalGraphStore, time_attr: str | None, strategy: str) -> bool:
+    """Whether sampling is temporal; refuses what the partition cannot serve, early."""
+    if strategy not in STRATEGIES:
+        raise ValueError(
+            f"temporal_strategy={strategy!r}: expected one of {STRATEGIES}; "
+            "set sampler.temporal_strategy=uniform or last"
+        )
+    if not time_attr:
+        return False
+    if time_attr != "time":
+        raise ValueError(
+            f"time_attr={time_attr!r}: partitions store node time as 'time'; "
+            "set sampler.time_attr=time"
+        )
+    if not graph_store.is_hetero or not graph_store.time_types:
+        graph_store.node_time(None)  # raises the one-line fix when the partition has no times
+    return True
 
 
 def split_by_owner(owner: np.ndarray) -> dict[int, np.ndarray | None]:
@@ -361,9 +454,13 @@ def split_by_owner(owner: np.ndarray) -> dict[int, np.ndarray | None]:
 
 def _subjobs(jobs: Sequence[Job], splits: list, p: int, wrap: Any) -> list:
     """Jobs restricted to partition p's frontier nodes (jobs without any are left out)."""
+
+    def cut(a: np.ndarray | None, i: int) -> Any:
+        return None if a is None else wrap(a if splits[i][p] is None else a[splits[i][p]])
+
     return [
-        (et, wrap(f if splits[i][p] is None else f[splits[i][p]]), k, sd)
-        for i, (et, f, k, sd) in enumerate(jobs)
+        (et, cut(f, i), k, sd, cut(t, i))
+        for i, (et, f, k, sd, t) in enumerate(jobs)
         if p in splits[i]
     ]
 

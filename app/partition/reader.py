@@ -67,6 +67,8 @@ class PartitionData:
     `node_feats` / `edge_feats` / `seeds`: the part's files (`seeds` is {} for PyG partitions).
     `node_map`: node → part (hetero: dict by node type), `book`: the matching partition book(s).
     `orig_id`: new → original node id when the partition was relabelled, else None.
+    `node_time`: time of EVERY node by (new) id (hetero: dict by node type) when the partition
+    was written from a temporal graph, else None (then temporal sampling is refused).
     """
 
     root: Path
@@ -79,6 +81,7 @@ class PartitionData:
     node_map: Any
     book: PartitionBook | dict[str, PartitionBook]
     orig_id: Any = None
+    node_time: Any = None
     legacy: bool = field(default=False)  # written by PyG's Partitioner (no checksums/colptr)
 
     @property
@@ -130,6 +133,21 @@ def map_files(meta: dict[str, Any], name: str) -> dict[Any, str]:
         return {None: f"{name}.pt"}
     types = meta["edge_types"] if name == "edge_map" else meta["node_types"]
     return {t: f"{name}/{type_str(t)}.pt" for t in types}
+
+
+def node_time_files(meta: dict[str, Any]) -> dict[Any, str]:
+    """Relative paths of the global node-time files this partition has (by META's checksums;
+    partitions of non-temporal graphs, and older ones, have none)."""
+    sums = meta.get("checksums", {})
+    return {t: rel for t, rel in map_files(meta, "node_time").items() if rel in sums}
+
+
+def load_node_time(root: Path, meta: dict[str, Any]) -> Any:
+    """Global node times (memory-mapped): a tensor, {node type: tensor} (hetero), or None."""
+    times = {t: torch_load(root / rel) for t, rel in node_time_files(meta).items()}
+    if not times:
+        return None
+    return times if meta["is_hetero"] else times[None]
 
 
 def part_files(index: int) -> list[str]:
@@ -213,6 +231,7 @@ def load_partition(
     names = ["node_map"] + (["orig_id"] if meta.get("relabel") else [])  # the maps we load
     rel_paths = [rel for n in names for rel in map_files(meta, n).values()]
     rel_paths += part_files(idx)[: 3 if legacy else 4]
+    rel_paths += list(node_time_files(meta).values())
     if verify and not legacy:
         _verify(root, meta, rel_paths)
     node_map = _load_maps(root, meta, "node_map")
@@ -232,5 +251,6 @@ def load_partition(
         node_map=node_map,
         book=book_from_meta(meta, node_map),
         orig_id=_load_maps(root, meta, "orig_id") if meta.get("relabel") else None,
+        node_time=load_node_time(root, meta),
         legacy=legacy,
     )

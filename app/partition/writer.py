@@ -14,6 +14,9 @@ Layout (format_version 1; the PyG file and key names, so PyG's `LocalGraphStore`
       edge_map.pt      int64 [E] edge -> part      (hetero: edge_map/<src>__<rel>__<dst>.pt)
       orig_id.pt       relabel only: int64 [N] new id -> original id (hetero: orig_id/<ntype>.pt)
       new_id.pt        relabel only: int64 [N] original id -> new id (hetero: new_id/<ntype>.pt)
+      node_time.pt     temporal only: [N] node time by (new) node id, for EVERY node (owned and
+                       halo), which temporal sampling reads as node_time[row[p]]
+                       (hetero: node_time/<ntype>.pt for the types with a `time`)
       part_<i>/graph.pt       {'row', 'col', 'edge_id', 'size', 'colptr', 'halo'}
       part_<i>/node_feats.pt  {'global_id', 'feats': {'x', 'y'}, 'time'?}
       part_<i>/edge_feats.pt  {'global_id', 'feats': {'edge_attr'}?, 'edge_time'?} or {}
@@ -454,6 +457,7 @@ def _write_all(
     splits, edge_map, cut = _split_all(view, node_map, rank, new_id if relabel else None)
     out.save_typed("node_map", node_map, hetero)
     out.save_typed("edge_map", edge_map, hetero)
+    _save_node_time(view, orig_id, out)
     del edge_map
     owned = {
         t: [torch.nonzero(m == p).view(-1) for p in range(num_parts)] for t, m in node_map.items()
@@ -572,6 +576,26 @@ def _union_size(id_sets: list[Tensor], num_nodes: int) -> int:
     return int(mark.sum())
 
 
+def _node_time(view: _View, t: NodeKey) -> Tensor | None:
+    """Node time of type t, None when absent (or when a homogeneous graph's time is per edge)."""
+    node_time = view.node_attr(t, "time")
+    if node_time is not None and (view.is_hetero or view.edge_time(None) is None):
+        return node_time
+    return None
+
+
+def _save_node_time(view: _View, orig_id: dict[NodeKey, Tensor], out: _Writer) -> None:
+    """The global node time (in write-space ids): a part's edges reach halo sources too, and
+    temporal sampling must compare THEIR times with the seed's."""
+    times = {}
+    for t in view.nodes:
+        node_time = _node_time(view, t)
+        if node_time is not None:
+            times[t] = node_time[orig_id[t]] if t in orig_id else node_time
+    if times:
+        out.save_typed("node_time", times, view.is_hetero)
+
+
 def _node_feats(view: _View, t: NodeKey, ids: Tensor, orig: Tensor) -> dict[str, Any]:
     feats = {}
     for key in ("x", "y"):
@@ -579,8 +603,8 @@ def _node_feats(view: _View, t: NodeKey, ids: Tensor, orig: Tensor) -> dict[str,
         if value is not None:
             feats[key] = value[orig]
     out: dict[str, Any] = {"global_id": ids, "feats": feats}
-    node_time = view.node_attr(t, "time")
-    if node_time is not None and (view.is_hetero or view.edge_time(None) is None):
+    node_time = _node_time(view, t)
+    if node_time is not None:
         out["time"] = node_time[orig]
     return out
 
