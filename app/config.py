@@ -96,6 +96,7 @@ class ModelConfig:
     dropout: float = 0.5
     heads: int = 4  # GAT only
     embedding_dim: int = 0  # hetero: learnable embeddings for featureless node types
+    decoder: str = "dot"  # link prediction: dot | mlp
 
 
 @dataclass
@@ -231,6 +232,7 @@ def validate(cfg: Config) -> Config:
     _choice("cluster.mode", cfg.cluster.mode, CLUSTER_MODES)
     _choice("train.objective", cfg.train.objective, TRAIN_OBJECTIVES)
     _choice("loader.neg_sampling", cfg.loader.neg_sampling, ("binary", "triplet"))
+    _choice("model.decoder", cfg.model.decoder, ("dot", "mlp"))
     _choice("train.sparse_optimizer", cfg.train.sparse_optimizer, ("adam", "adagrad"))
     _check_fanouts(cfg)
     positives = {

@@ -11,7 +11,9 @@ from app.config import Config, ConfigError, check_overrides
 from tests.conftest import run_app
 
 
-@pytest.mark.parametrize("experiment", ["products_homo", "smoke", "mag_hetero", "products_link", "products_temporal"])
+@pytest.mark.parametrize(
+    "experiment", ["products_homo", "smoke", "mag_hetero", "products_link", "products_temporal"]
+)
 def test_every_experiment_composes(compose, experiment):
     cfg = compose(f"+experiment={experiment}")
     assert isinstance(cfg, Config)

@@ -1,0 +1,401 @@
+"""Homogeneous GNNs for sampled mini-batches: GraphSAGE, GCN, GAT and an MLP baseline.
+
+Two things make these faster than PyG's `BasicGNN` on CPU without pyg-lib/torch-sparse
+(measured by `bench/model.py`):
+
+* Trim-to-layer. A NeighborLoader batch lists nodes hop by hop (seeds first) and edges hop
+  by hop; layer `l` of `L` only needs the nodes of hops `0..L-l` as inputs and produces the
+  nodes of hops `0..L-l-1`. `SampledGraph` groups the edges by destination once per batch (CSR;
+  a no-op check when the loader already emits them in that order, an O(E) counting sort
+  otherwise), after which every layer's adjacency is a prefix of rows of that CSR.
+* Sparse aggregation. Mean (SAGE) and normalised (GCN) aggregation are one CSR x dense
+  product per layer (`CSRMatmul`: a numba kernel over destination rows, backward through the
+  transposed CSR): no `[E, F]` message tensor is ever materialised, and it measured faster
+  than `torch.sparse.mm` on CSR here (see `_csr_spmm`). When a layer shrinks the width, the linear
+  map runs before the aggregation (fewer columns to aggregate).
+
+`forward(x, edge_index, num_sampled_nodes=None, num_sampled_edges=None)` contract of every
+model here: without the per-hop counts the whole graph is used and one row per input node is
+returned; with them, only the rows of hop 0 (the seeds: the first `num_sampled_nodes[0]`
+rows) are returned. Either way `out[:batch_size]` are the seed logits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numba
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from app.config import ModelConfig
+
+
+def fast_dropout(x: Tensor, p: float, training: bool) -> Tensor:
+    """Inverted dropout with a byte-resolution keep probability.
+
+    `F.dropout` draws one Bernoulli float per element, which dominated the step time on CPU
+    (about a third of a SAGE step). Here one random byte per element is drawn by numpy from a
+    seed taken from torch's global generator (so `torch.manual_seed` keeps runs reproducible);
+    `p` is rounded to a multiple of 1/256 and the scale uses the rounded value, so the layer
+    stays unbiased.
+    """
+    if not training or p <= 0.0:
+        return x
+    if p >= 1.0:
+        return torch.zeros_like(x)
+    threshold = min(255, max(1, round(p * 256)))
+    seed = int(torch.randint(0, 2**62, ()).item())
+    raw = np.frombuffer(np.random.default_rng(seed).bytes(x.numel()), dtype=np.uint8)
+    keep = torch.from_numpy(raw >= threshold).view(x.shape)
+    return x * keep.to(x.dtype).mul_(256.0 / (256 - threshold))
+
+
+@numba.njit(nogil=True, cache=True)
+def _csr_spmm(crow, col, val, h, out):  # pragma: no cover - compiled
+    """out[i] += sum_j val[j] * h[col[j]] over row i's entries.
+
+    Single-threaded on purpose: numba's parallel (OpenMP) layer next to torch's own OpenMP
+    runtime intermittently hung DDP processes; one thread per trainer process is also what the
+    launcher gives each trainer on a CPU node.
+    """
+    for i in range(out.shape[0]):
+        for j in range(crow[i], crow[i + 1]):
+            c, v = col[j], val[j]
+            for f in range(h.shape[1]):
+                out[i, f] += v * h[c, f]
+
+
+@numba.njit(nogil=True, cache=True)
+def _counting_sort(keys, n):  # pragma: no cover - compiled
+    """Stable permutation sorting `keys` (ints in [0, n)) and the CSR pointer of the groups."""
+    ptr = np.zeros(n + 1, np.int64)
+    for k in keys:
+        ptr[k + 1] += 1
+    for i in range(n):
+        ptr[i + 1] += ptr[i]
+    fill = ptr[:-1].copy()
+    perm = np.empty(keys.shape[0], np.int64)
+    for j in range(keys.shape[0]):
+        perm[fill[keys[j]]] = j
+        fill[keys[j]] += 1
+    return perm, ptr
+
+
+def group_by(keys: Tensor, n: int) -> tuple[Tensor | None, Tensor]:
+    """(stable sorting permutation or None if `keys` is already sorted, CSR pointer [n + 1])."""
+    if keys.numel() < 2 or bool((keys[1:] >= keys[:-1]).all()):
+        ptr = torch.zeros(n + 1, dtype=torch.int64)
+        torch.cumsum(torch.bincount(keys, minlength=n), 0, out=ptr[1:])
+        return None, ptr
+    perm, ptr = _counting_sort(keys.numpy(), n)
+    return torch.from_numpy(perm), torch.from_numpy(ptr)
+
+
+class CSR:
+    """A sparse `[n_rows, n_cols]` matrix in CSR form; `row` holds each entry's row index."""
+
+    def __init__(self, crow: Tensor, col: Tensor, val: Tensor, row: Tensor, n_cols: int) -> None:
+        self.crow, self.col, self.val, self.row = crow, col, val, row
+        self.n_rows, self.n_cols = crow.numel() - 1, n_cols
+
+    def matmul(self, h: Tensor) -> Tensor:
+        """`self @ h` for a dense float32 `h` of `n_cols` rows."""
+        out = torch.zeros(self.n_rows, h.size(1), dtype=h.dtype)
+        if self.col.numel():
+            dense = h.detach().contiguous().numpy()
+            _csr_spmm(self.crow.numpy(), self.col.numpy(), self.val.numpy(), dense, out.numpy())
+        return out
+
+    def t(self) -> CSR:
+        """The transpose (entries re-sorted by column), for the backward pass."""
+        perm, crow = group_by(self.col, self.n_cols)
+        if perm is None:
+            return CSR(crow, self.row, self.val, self.col, self.n_rows)
+        return CSR(crow, self.row[perm], self.val[perm], self.col[perm], self.n_rows)
+
+
+class CSRMatmul(torch.autograd.Function):
+    """`adj @ h` with gradient `adj.T @ grad` for `h` (the adjacency is constant)."""
+
+    @staticmethod
+    def forward(ctx: Any, h: Tensor, adj: CSR) -> Tensor:
+        ctx.adj = adj
+        return adj.matmul(h)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None]:
+        if not ctx.needs_input_grad[0]:
+            return None, None
+        return ctx.adj.t().matmul(grad), None
+
+
+def aggregate(adj: CSR, h: Tensor) -> Tensor:
+    if h.dtype != torch.float32:
+        raise ValueError(f"node features must be float32, got {h.dtype}")
+    return CSRMatmul.apply(h, adj)
+
+
+class SampledGraph:
+    """A batch's edges sorted by destination (CSR), with each layer's input/output node counts.
+
+    With `num_sampled_nodes` (one count per hop, seeds first) layer `l` reads the first
+    `n_in[l] = sum(nodes[: L - l + 1])` rows and writes the first `n_out[l] = sum(nodes[: L - l])`
+    rows; the edges it needs are exactly those whose destination is below `n_out[l]`, i.e. a
+    prefix of the CSR. Without counts every layer maps all `N` nodes to all `N` nodes.
+    """
+
+    def __init__(
+        self,
+        edge_index: Tensor,
+        num_nodes: int,
+        num_layers: int,
+        num_sampled_nodes: Sequence[int] | None = None,
+        num_sampled_edges: Sequence[int] | None = None,
+    ) -> None:
+        self.num_nodes = num_nodes
+        if num_sampled_nodes is None:
+            self.sizes = [(num_nodes, num_nodes)] * num_layers
+        else:
+            counts = _check_counts(edge_index, num_nodes, num_layers, num_sampled_nodes)
+            _check_edge_counts(edge_index, num_sampled_edges)
+            self.sizes = [
+                (sum(counts[: num_layers - layer + 1]), sum(counts[: num_layers - layer]))
+                for layer in range(num_layers)
+            ]
+        src, dst = edge_index[0], edge_index[1]
+        perm, self.crow = group_by(dst, num_nodes)  # NeighborLoader batches come sorted
+        self.col = src if perm is None else src[perm]
+        self.row = dst if perm is None else dst[perm]
+        self.in_degree = self.crow[1:] - self.crow[:-1]
+        self._checked: set[int] = set()
+
+    def edges(self, layer: int) -> tuple[int, int, int]:
+        """(n_in, n_out, nnz) of `layer`; checks once that its edges stay inside its inputs."""
+        n_in, n_out = self.sizes[layer]
+        nnz = int(self.crow[n_out])
+        if layer not in self._checked and nnz > 0:
+            top = int(self.col[:nnz].max())
+            if top >= n_in:
+                raise ValueError(
+                    f"edge source {top} >= {n_in} input nodes of layer {layer}: edges/nodes are "
+                    "not in NeighborLoader hop order; call the model without num_sampled_nodes"
+                )
+            self._checked.add(layer)
+        return n_in, n_out, nnz
+
+    def adjacency(self, layer: int, values: Tensor) -> CSR:
+        """The `[n_out, n_in]` CSR of `layer` with per-edge `values` (in CSR order)."""
+        n_in, n_out, nnz = self.edges(layer)
+        return CSR(self.crow[: n_out + 1], self.col[:nnz], values[:nnz], self.row[:nnz], n_in)
+
+    def edge_index(self, layer: int) -> Tensor:
+        """COO `[2, nnz]` (src, dst) of `layer`, for convolutions that need edge lists (GAT)."""
+        _, _, nnz = self.edges(layer)
+        return torch.stack([self.col[:nnz], self.row[:nnz]])
+
+    def mean_values(self) -> Tensor:
+        """Per-edge weights 1/in-degree(dst): the CSR product is then the neighbour mean."""
+        inv = 1.0 / self.in_degree.clamp(min=1).to(torch.float32)
+        return inv[self.row]
+
+    def gcn_values(self) -> tuple[Tensor, Tensor]:
+        """GCN weights deg^-1/2(src) deg^-1/2(dst) with self loops, and the self-loop weights.
+
+        Degrees come from the whole sampled batch, so trimmed and untrimmed forwards agree.
+        """
+        dinv = (self.in_degree + 1).to(torch.float32).rsqrt()
+        return dinv[self.col] * dinv[self.row], dinv * dinv
+
+
+def _check_counts(
+    edge_index: Tensor, num_nodes: int, num_layers: int, counts: Sequence[int]
+) -> list[int]:
+    counts = [int(c) for c in counts]
+    if len(counts) != num_layers + 1:
+        raise ValueError(
+            f"num_sampled_nodes has {len(counts) - 1} hops after the seeds for a "
+            f"{num_layers}-layer model; sample one hop per layer (len == num_layers + 1)"
+        )
+    if sum(counts) != num_nodes:
+        raise ValueError(f"num_sampled_nodes sums to {sum(counts)} but x has {num_nodes} rows")
+    if edge_index.dim() != 2 or edge_index.size(0) != 2:
+        raise ValueError(f"edge_index must be [2, E], got {list(edge_index.shape)}")
+    return counts
+
+
+def _check_edge_counts(edge_index: Tensor, counts: Sequence[int] | None) -> None:
+    if counts is not None and sum(int(c) for c in counts) != edge_index.size(1):
+        raise ValueError(
+            f"num_sampled_edges sums to {sum(counts)} but edge_index has {edge_index.size(1)} edges"
+        )
+
+
+class SAGELayer(nn.Module):
+    """GraphSAGE (mean): `W_n mean_{j->i} h_j + W_r h_i + b`."""
+
+    def __init__(self, in_channels: int, out_channels: int) -> None:
+        super().__init__()
+        self.lin_neigh = nn.Linear(in_channels, out_channels, bias=True)
+        self.lin_root = nn.Linear(in_channels, out_channels, bias=False)
+
+    def forward(self, h: Tensor, graph: SampledGraph, layer: int, values: Tensor) -> Tensor:
+        _, n_out, _ = graph.edges(layer)
+        adj = graph.adjacency(layer, values)
+        root = self.lin_root(h[:n_out] if n_out < h.size(0) else h)
+        w, b = self.lin_neigh.weight, self.lin_neigh.bias
+        if w.size(0) < w.size(1):  # narrower output: project, then aggregate fewer columns
+            neigh = aggregate(adj, h @ w.t()) + b
+        else:
+            neigh = F.linear(aggregate(adj, h), w, b)
+        return neigh + root
+
+
+class GCNLayer(nn.Module):
+    """GCN: `sum_{j->i} h_j W / sqrt(d_i d_j) + h_i W / d_i + b` with d = in-degree + 1."""
+
+    def __init__(self, in_channels: int, out_channels: int) -> None:
+        super().__init__()
+        self.lin = nn.Linear(in_channels, out_channels, bias=False)
+        self.bias = nn.Parameter(torch.zeros(out_channels))
+
+    def forward(
+        self, h: Tensor, graph: SampledGraph, layer: int, values: tuple[Tensor, Tensor]
+    ) -> Tensor:
+        edge_w, self_w = values
+        _, n_out, _ = graph.edges(layer)
+        hw = self.lin(h)
+        out = aggregate(graph.adjacency(layer, edge_w), hw)
+        return out + hw[:n_out] * self_w[:n_out, None] + self.bias
+
+
+class GATLayer(nn.Module):
+    """GAT via PyG's `GATConv` on the trimmed edge list; only the first `n_out` rows are kept."""
+
+    def __init__(self, in_channels: int, out_channels: int, heads: int, last: bool) -> None:
+        super().__init__()
+        from torch_geometric.nn import GATConv
+
+        if last:
+            self.conv = GATConv(in_channels, out_channels, heads=1, concat=False)
+        else:
+            self.conv = GATConv(in_channels, out_channels // heads, heads=heads, concat=True)
+
+    def forward(self, h: Tensor, graph: SampledGraph, layer: int, values: None) -> Tensor:
+        _, n_out, _ = graph.edges(layer)
+        return self.conv(h, graph.edge_index(layer))[:n_out]
+
+
+class SampledGNN(nn.Module):
+    """A stack of SAGE / GCN / GAT layers with ReLU + dropout between them (none after the last).
+
+    See the module docstring for the forward contract (all rows, or seed rows when trimmed).
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        in_channels: int,
+        hidden_channels: int,
+        out_channels: int,
+        num_layers: int,
+        dropout: float = 0.0,
+        heads: int = 1,
+    ) -> None:
+        super().__init__()
+        if kind not in ("sage", "gcn", "gat"):
+            raise ValueError(f"model kind {kind!r}: expected sage, gcn or gat")
+        if kind == "gat" and hidden_channels % heads:
+            raise ValueError(
+                f"model.hidden_channels={hidden_channels} is not divisible by model.heads={heads}"
+            )
+        self.kind, self.num_layers, self.dropout = kind, num_layers, dropout
+        dims = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
+        self.layers = nn.ModuleList(
+            self._layer(dims[i], dims[i + 1], heads, i == num_layers - 1) for i in range(num_layers)
+        )
+
+    def _layer(self, cin: int, cout: int, heads: int, last: bool) -> nn.Module:
+        if self.kind == "sage":
+            return SAGELayer(cin, cout)
+        if self.kind == "gcn":
+            return GCNLayer(cin, cout)
+        return GATLayer(cin, cout, heads, last)
+
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        num_sampled_nodes: Sequence[int] | None = None,
+        num_sampled_edges: Sequence[int] | None = None,
+    ) -> Tensor:
+        graph = SampledGraph(
+            edge_index, x.size(0), self.num_layers, num_sampled_nodes, num_sampled_edges
+        )
+        values = self._edge_values(graph)
+        h = x
+        for i, layer in enumerate(self.layers):
+            h = layer(h, graph, i, values)
+            if i < self.num_layers - 1:
+                h = fast_dropout(F.relu(h), self.dropout, self.training)
+        return h
+
+    def _edge_values(self, graph: SampledGraph) -> Tensor | tuple[Tensor, Tensor] | None:
+        if self.kind == "sage":
+            return graph.mean_values()
+        if self.kind == "gcn":
+            return graph.gcn_values()
+        return None
+
+
+class MLP(nn.Module):
+    """Graph-agnostic baseline with the same forward contract (edges are ignored)."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        hidden_channels: int,
+        out_channels: int,
+        num_layers: int,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        dims = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
+        self.lins = nn.ModuleList(nn.Linear(dims[i], dims[i + 1]) for i in range(num_layers))
+        self.dropout = dropout
+
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Tensor | None = None,
+        num_sampled_nodes: Sequence[int] | None = None,
+        num_sampled_edges: Sequence[int] | None = None,
+    ) -> Tensor:
+        h = x if num_sampled_nodes is None else x[: int(num_sampled_nodes[0])]
+        for i, lin in enumerate(self.lins):
+            h = lin(h)
+            if i < len(self.lins) - 1:
+                h = fast_dropout(F.relu(h), self.dropout, self.training)
+        return h
+
+
+def build_model(cfg: ModelConfig, in_channels: int, out_channels: int) -> nn.Module:
+    """The homogeneous model named by `cfg.name` (sage | gcn | gat | mlp)."""
+    if in_channels <= 0 or out_channels <= 0:
+        raise ValueError(f"in_channels={in_channels}, out_channels={out_channels}: must be > 0")
+    if cfg.name == "mlp":
+        return MLP(in_channels, cfg.hidden_channels, out_channels, cfg.num_layers, cfg.dropout)
+    if cfg.name in ("sage", "gcn", "gat"):
+        return SampledGNN(
+            cfg.name,
+            in_channels,
+            cfg.hidden_channels,
+            out_channels,
+            cfg.num_layers,
+            cfg.dropout,
+            cfg.heads,
+        )
+    raise ValueError(f"model.name={cfg.name!r}: expected one of sage, gcn, gat, mlp")

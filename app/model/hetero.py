@@ -1,0 +1,269 @@
+"""Heterogeneous GraphSAGE for node classification of one target node type (ogbn-mag style).
+
+`HeteroSAGE.forward(x_dict, edge_index_dict, num_sampled_nodes_dict=None,
+num_sampled_edges_dict=None)` takes an input row block for EVERY node type: featureless types
+get theirs from the caller, normally `NodeEmbeddings` (learnable tables looked up by `n_id`).
+Each layer runs one mean-SAGE per edge type on (source rows, destination rows), with the same
+CSR aggregation as the homogeneous models, and sums the messages arriving at a node type. With the per-hop counts (the loader's layout: per type, seeds
+first, then each hop's new nodes; per edge type, each hop's edges) layer `l` of `L` only reads
+hops `0..L-l` and only writes hops `0..L-l-1`, so the last layer computes the seeds alone.
+Returns the output rows of every node type that receives edges (all rows, or hop-0 rows when
+trimmed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch_geometric.data import HeteroData
+
+from app.model.gnn import CSR, aggregate, fast_dropout, group_by
+from app.train.loop import StepResult
+
+EdgeType = tuple[str, str, str]
+Metadata = tuple[list[str], list[EdgeType]]
+
+
+def edge_key(edge_type: EdgeType) -> str:
+    return "__".join(edge_type)
+
+
+class BipartiteSAGE(nn.Module):
+    """GraphSAGE (mean) from a source type to a destination type: `W_n mean h_src + W_r h_dst`."""
+
+    def __init__(self, src_channels: int, dst_channels: int, out_channels: int) -> None:
+        super().__init__()
+        self.lin_neigh = nn.Linear(src_channels, out_channels, bias=True)
+        self.lin_root = nn.Linear(dst_channels, out_channels, bias=False)
+
+    def forward(self, h_src: Tensor, h_dst: Tensor, adj: CSR) -> Tensor:
+        w, b = self.lin_neigh.weight, self.lin_neigh.bias
+        if w.size(0) < w.size(1):  # narrower output: project, then aggregate fewer columns
+            neigh = aggregate(adj, h_src @ w.t()) + b
+        else:
+            neigh = F.linear(aggregate(adj, h_src), w, b)
+        return neigh + self.lin_root(h_dst)
+
+
+class TypedEdges:
+    """One edge type's edges grouped by destination (CSR) with mean weights 1/in-degree."""
+
+    def __init__(self, edge_index: Tensor, num_dst: int) -> None:
+        perm, self.crow = group_by(edge_index[1], num_dst)
+        self.col = edge_index[0] if perm is None else edge_index[0][perm]
+        self.row = edge_index[1] if perm is None else edge_index[1][perm]
+        degree = (self.crow[1:] - self.crow[:-1]).clamp(min=1).to(torch.float32)
+        self.val = (1.0 / degree)[self.row]
+
+    def adjacency(self, n_in: int, n_out: int, name: str) -> CSR:
+        """Rows `[0, n_out)` (destinations) over sources `[0, n_in)`; checks the hop order."""
+        nnz = int(self.crow[n_out])
+        if nnz and int(self.col[:nnz].max()) >= n_in:
+            raise ValueError(
+                f"{name}: an edge source lies beyond the {n_in} input rows of its layer; "
+                "batches must be in NeighborLoader hop order (or omit the per-hop counts)"
+            )
+        return CSR(self.crow[: n_out + 1], self.col[:nnz], self.val[:nnz], self.row[:nnz], n_in)
+
+
+def _rows(h: Tensor, n: int) -> Tensor:
+    return h if h.size(0) == n else h[:n]
+
+
+class HeteroSAGE(nn.Module):
+    """Per-edge-type SAGE layers, summed per destination type; ReLU + dropout between."""
+
+    def __init__(
+        self,
+        metadata: Metadata,
+        in_channels: dict[str, int],
+        hidden_channels: int,
+        out_channels: int,
+        num_layers: int,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        node_types, edge_types = metadata
+        missing = [t for t in node_types if t not in in_channels]
+        if missing:
+            raise ValueError(f"in_channels has no width for node types {missing}")
+        self.edge_types = [tuple(et) for et in edge_types]
+        self.num_layers, self.dropout = num_layers, dropout
+        self.layers = nn.ModuleList()
+        dims = dict(in_channels)
+        for i in range(num_layers):
+            width = out_channels if i == num_layers - 1 else hidden_channels
+            convs = {
+                edge_key(et): BipartiteSAGE(dims[et[0]], dims[et[-1]], width)
+                for et in self.edge_types
+            }
+            self.layers.append(nn.ModuleDict(convs))
+            dims = {t: width for t in node_types}
+
+    def forward(
+        self,
+        x_dict: dict[str, Tensor],
+        edge_index_dict: dict[EdgeType, Tensor],
+        num_sampled_nodes_dict: dict[str, list[int]] | None = None,
+        num_sampled_edges_dict: dict[EdgeType, list[int]] | None = None,
+    ) -> dict[str, Tensor]:
+        present = [et for et in self.edge_types if et in edge_index_dict]
+        _check_edge_counts(edge_index_dict, num_sampled_edges_dict)
+        graphs = {
+            et: TypedEdges(edge_index_dict[et], x_dict[et[-1]].size(0))
+            for et in present
+            if et[0] in x_dict and et[-1] in x_dict
+        }
+        h = dict(x_dict)
+        for i, convs in enumerate(self.layers):
+            sizes = self._sizes(h, i, num_sampled_nodes_dict)
+            out: dict[str, Tensor] = {}
+            for et, graph in graphs.items():
+                src, dst = et[0], et[-1]
+                if src not in h or dst not in h:
+                    continue
+                n_in, n_out = sizes[src][0], sizes[dst][1]
+                adj = graph.adjacency(n_in, n_out, edge_key(et))
+                msg = convs[edge_key(et)](_rows(h[src], n_in), _rows(h[dst], n_out), adj)
+                out[dst] = msg if dst not in out else out[dst] + msg
+            if i < self.num_layers - 1:
+                out = {
+                    t: fast_dropout(F.relu(v), self.dropout, self.training) for t, v in out.items()
+                }
+            h = out
+        return h
+
+    def _sizes(
+        self, h: dict[str, Tensor], layer: int, counts: dict[str, list[int]] | None
+    ) -> dict[str, tuple[int, int]]:
+        """(rows read, rows written) per node type at `layer`."""
+        if counts is None:
+            return {t: (v.size(0), v.size(0)) for t, v in h.items()}
+        keep = self.num_layers - layer
+        for t in h:
+            if len(counts[t]) != self.num_layers + 1:
+                raise ValueError(
+                    f"num_sampled_nodes[{t!r}] has {len(counts[t]) - 1} hops after the seeds "
+                    f"for a {self.num_layers}-layer model; sample one hop per layer"
+                )
+        return {t: (sum(counts[t][: keep + 1]), sum(counts[t][:keep])) for t in h}
+
+
+def _check_edge_counts(
+    edge_index_dict: dict[EdgeType, Tensor], counts: dict[EdgeType, list[int]] | None
+) -> None:
+    for et, ei in edge_index_dict.items():
+        if counts is not None and et in counts and sum(counts[et]) != ei.size(1):
+            raise ValueError(
+                f"num_sampled_edges[{et}] sums to {sum(counts[et])} but there are {ei.size(1)} edges"
+            )
+
+
+class NodeEmbeddings(nn.Module):
+    """Learnable input rows for featureless node types (sparse gradients: SparseAdam)."""
+
+    def __init__(self, num_nodes: dict[str, int], dim: int) -> None:
+        super().__init__()
+        self.tables = nn.ModuleDict(
+            {t: nn.Embedding(n, dim, sparse=True) for t, n in num_nodes.items()}
+        )
+        for table in self.tables.values():
+            nn.init.normal_(table.weight, std=0.1)
+
+    def fill(self, x_dict: dict[str, Tensor], n_id_dict: dict[str, Tensor]) -> dict[str, Tensor]:
+        """`x_dict` plus a looked-up row block for every type with a table."""
+        out = dict(x_dict)
+        for t, table in self.tables.items():
+            if t in n_id_dict:
+                out[t] = table(n_id_dict[t])
+        return out
+
+
+class HeteroNodeClassifier(nn.Module):
+    """Embeddings + HeteroSAGE in one module (one DDP-wrappable unit); forward(batch) → logits."""
+
+    def __init__(self, gnn: HeteroSAGE, embeddings: NodeEmbeddings, target: str) -> None:
+        super().__init__()
+        self.gnn, self.embeddings, self.target = gnn, embeddings, target
+
+    def forward(self, batch: HeteroData) -> Tensor:
+        x_dict = {t: batch[t].x for t in batch.node_types if "x" in batch[t]}
+        n_id = {t: batch[t].n_id for t in batch.node_types}
+        x_dict = self.embeddings.fill(x_dict, n_id)
+        nodes, edges = hetero_counts(batch)
+        out = self.gnn(x_dict, batch.edge_index_dict, nodes, edges)
+        return out[self.target][: int(batch[self.target].batch_size)]
+
+
+def hetero_counts(batch: HeteroData) -> tuple[dict | None, dict | None]:
+    """Per-type hop counts when every node and edge type of the batch carries them."""
+    if not all("num_sampled_nodes" in batch[t] for t in batch.node_types):
+        return None, None
+    if not all("num_sampled_edges" in batch[et] for et in batch.edge_types):
+        return None, None
+    nodes = {t: [int(c) for c in batch[t].num_sampled_nodes] for t in batch.node_types}
+    edges = {et: [int(c) for c in batch[et].num_sampled_edges] for et in batch.edge_types}
+    return nodes, edges
+
+
+def hetero_node_objective(target: str) -> Callable[[nn.Module, HeteroData], StepResult]:
+    """Cross-entropy on the seed rows of the `target` type."""
+
+    def objective(model: nn.Module, batch: HeteroData) -> StepResult:
+        out = model(batch)
+        y = batch[target].y[: out.size(0)].view(-1)
+        loss = F.cross_entropy(out, y)
+        edges = sum(int(batch[et].edge_index.size(1)) for et in batch.edge_types)
+        return StepResult(loss, float((out.argmax(-1) == y).sum()), out.size(0), edges)
+
+    return objective
+
+
+def target_type(data: HeteroData) -> str:
+    """The labelled node type (the one holding `y` and `train_mask`)."""
+    labelled = [t for t in data.node_types if "y" in data[t] and "train_mask" in data[t]]
+    if len(labelled) != 1:
+        raise ValueError(f"expected exactly one labelled node type, found {labelled}")
+    return labelled[0]
+
+
+def build_hetero_classifier(cfg: Any, data: HeteroData) -> HeteroNodeClassifier:
+    """HeteroSAGE over `data`'s schema; featureless types get `model.embedding_dim` tables."""
+    m = cfg.model
+    if m.name != "sage":
+        raise ValueError(f"model.name={m.name!r}: heterogeneous graphs support model=sage only")
+    target = target_type(data)
+    dim = m.embedding_dim or m.hidden_channels
+    featureless = {t: data[t].num_nodes for t in data.node_types if "x" not in data[t]}
+    in_channels = {t: (data[t].x.size(1) if "x" in data[t] else dim) for t in data.node_types}
+    gnn = HeteroSAGE(
+        data.metadata(),
+        in_channels,
+        m.hidden_channels,
+        int(data.num_classes),
+        m.num_layers,
+        m.dropout,
+    )
+    return HeteroNodeClassifier(gnn, NodeEmbeddings(featureless, dim), target)
+
+
+def hetero_setup(cfg: Any, data: HeteroData, make_loaders: Callable) -> tuple:
+    """(model, [Adam, Sparse optimizer], loaders, objective) for `train_single`."""
+    model = build_hetero_classifier(cfg, data)
+    t = cfg.train
+    dense = [p for n, p in model.named_parameters() if not n.startswith("embeddings.")]
+    optimizers: list[torch.optim.Optimizer] = [
+        torch.optim.Adam(dense, lr=t.lr, weight_decay=t.weight_decay)
+    ]
+    sparse = list(model.embeddings.parameters())
+    if sparse:
+        if t.sparse_optimizer == "adagrad":
+            optimizers.append(torch.optim.Adagrad(sparse, lr=t.sparse_lr))
+        else:
+            optimizers.append(torch.optim.SparseAdam(sparse, lr=t.sparse_lr))
+    loaders = make_loaders(cfg, data, model.target)
+    return model, optimizers, loaders, hetero_node_objective(model.target)

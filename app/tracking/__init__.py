@@ -1,0 +1,2 @@
+"""Tracking: `mlflow` (Tracker / NullTracker / MlflowTracker over a locked SQLite store) and
+`logging` (rank-aware log records)."""

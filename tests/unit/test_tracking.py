@@ -1,0 +1,153 @@
+"""MLflow tracking against a real SQLite store in tmp_path; rank-aware logging."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+from pathlib import Path
+
+import pytest
+
+from app.config import Config
+from app.tracking.logging import setup_logging
+from app.tracking.mlflow import MlflowTracker, NullTracker, flatten, make_tracker
+
+
+@pytest.fixture(scope="module")
+def uri(tmp_path_factory):
+    """One store for the module: creating (migrating) a SQLite store takes seconds."""
+    return f"sqlite:///{tmp_path_factory.mktemp('store') / 'mlflow.db'}"
+
+
+def client(uri):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(uri)
+
+
+def test_params_metrics_artifacts_land_in_store(uri, tmp_path):
+    cfg = Config()
+    cfg.sampler.num_neighbors = [15, 10, 5]
+    note = tmp_path / "note.txt"
+    note.write_text("hello")
+    with MlflowTracker(uri, "exp") as tr:
+        run_id = tr.start(cfg, run_name="job0", tags={"kind": "unit"})
+        tr.log_metrics({"loss": 1.5, "val_acc": 0.25}, step=0)
+        tr.log_metrics({"loss": 0.5, "val_acc": float("nan")}, step=1)
+        tr.log_artifact(note)
+        tr.log_text("a: 1\n", "config.yaml")
+    run = client(uri).get_run(run_id)
+    assert run.info.status == "FINISHED" and run.info.run_name == "job0"
+    assert run.data.params["dataset.num_nodes"] == "100000"
+    assert run.data.params["sampler.num_neighbors"] == "[15, 10, 5]"
+    assert run.data.tags["kind"] == "unit"
+    history = client(uri).get_metric_history(run_id, "loss")
+    assert [(m.step, m.value) for m in history] == [(0, 1.5), (1, 0.5)]
+    assert run.data.metrics["val_acc"] == 0.25  # NaN was skipped
+    names = {a.path for a in client(uri).list_artifacts(run_id)}
+    assert names == {"note.txt", "config.yaml"}
+    assert (
+        Path(uri[len("sqlite:///") :]).parent / "artifacts" / "exp"
+    ).is_dir()  # artifacts next to the DB, not in cwd
+
+
+def test_exception_ends_run_failed_with_error_tag(uri):
+    tr = MlflowTracker(uri)
+    with pytest.raises(ValueError, match="boom"), tr:
+        run_id = tr.start(None)
+        raise ValueError("boom")
+    run = client(uri).get_run(run_id)
+    assert run.info.status == "FAILED"
+    assert run.data.tags["error"] == "ValueError: boom"
+
+
+def test_keyboard_interrupt_ends_run_killed(uri):
+    tr = MlflowTracker(uri)
+    with pytest.raises(KeyboardInterrupt), tr:
+        run_id = tr.start(None)
+        raise KeyboardInterrupt
+    assert client(uri).get_run(run_id).info.status == "KILLED"
+
+
+def test_nested_parent_and_children(uri):
+    tr = MlflowTracker(uri)
+    parent = tr.start_parent("sweep")
+    children = []
+    for i in range(2):
+        with tr:
+            children.append(tr.start(None, run_name=f"job{i}", parent_run_id=parent))
+    tr.end_parent(parent)
+    found = client(uri).search_runs(
+        [tr.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent}'"
+    )
+    assert sorted(r.info.run_id for r in found) == sorted(children)
+    assert client(uri).get_run(parent).info.status == "FINISHED"
+
+
+def test_start_twice_without_end_is_an_error(uri):
+    tr = MlflowTracker(uri)
+    tr.start(None)
+    with pytest.raises(RuntimeError, match="still open"):
+        tr.start(None)
+    tr.end()
+
+
+def _create_run(uri: str, go, index: int) -> None:
+    from app.tracking.mlflow import MlflowTracker
+
+    go.wait(60)  # all processes are up: open the fresh store at the same moment
+    with MlflowTracker(uri, "race") as tr:
+        tr.start(None, run_name=f"p{index}")
+        tr.log_metrics({"x": float(index)}, step=0)
+
+
+def test_concurrent_store_creation(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'fresh.db'}"
+    import mlflow.tracking  # noqa: F401  (forked children start with MLflow imported)
+
+    ctx = mp.get_context("fork")
+    go = ctx.Event()
+    procs = [ctx.Process(target=_create_run, args=(uri, go, i)) for i in range(3)]
+    for p in procs:
+        p.start()
+    go.set()
+    try:
+        for p in procs:
+            p.join(timeout=90)
+        assert [p.exitcode for p in procs] == [0, 0, 0]
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+    exp = client(uri).get_experiment_by_name("race")
+    runs = client(uri).search_runs([exp.experiment_id])
+    assert sorted(r.info.run_name for r in runs) == ["p0", "p1", "p2"]
+    assert all(r.info.status == "FINISHED" for r in runs)
+
+
+def test_null_tracker_and_rank_selection(uri):
+    cfg = Config()
+    cfg.mlflow.tracking_uri = uri
+    assert isinstance(make_tracker(cfg, rank=1), NullTracker)
+    cfg.mlflow.enabled = False
+    assert isinstance(make_tracker(cfg, rank=0), NullTracker)
+    with NullTracker() as tr:
+        assert tr.start(cfg) is None
+        tr.log_metrics({"a": 1.0}, step=0)
+
+
+def test_flatten_nested_config():
+    flat = flatten(Config())
+    assert flat["model.hidden_channels"] == 256 and flat["train.lr"] == 0.003
+    assert all("." in k for k in flat if k not in ("task", "seed", "output_dir", "experiment"))
+
+
+def test_logging_prefixes_role_and_rank(tmp_path):
+    log = setup_logging("trainer1.0", log_dir=tmp_path / "logs")
+    logging.getLogger("distgnn.train").info("epoch %d", 3)
+    setup_logging("trainer1.0", log_dir=tmp_path / "logs")  # idempotent: no duplicate lines
+    log.warning("done")
+    lines = (tmp_path / "logs" / "trainer1.0.log").read_text().splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("[trainer1.0] ") and lines[0].endswith("distgnn.train: epoch 3")
+    assert " W distgnn: done" in lines[1]

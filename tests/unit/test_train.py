@@ -1,0 +1,240 @@
+"""Training loop: learns a toy graph, checkpoints and resumes, survives uneven DDP inputs."""
+
+from __future__ import annotations
+
+import faulthandler
+import gc
+import socket
+import time
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel
+
+from app.config import Config, DatasetConfig, ModelConfig, validate
+from app.model.gnn import build_model
+from app.model.hetero import hetero_setup
+from app.tracking.mlflow import NullTracker
+from app.train.checkpoint import checkpoint_path, load_checkpoint, save_checkpoint
+from app.train.loop import FitOptions, fit, train_epoch
+from app.train.metrics import binary_auc, mrr
+from app.train.single import JointOptimizer, train_single
+from tests.unit.test_model import ToyLoader, toy_graph, toy_hetero
+
+FANOUTS = [5, 5]
+
+
+def loaders(data, batch_size=32):
+    split = [data.train_mask, data.val_mask, data.test_mask]
+    ids = [m.nonzero().view(-1) for m in split]
+    return [ToyLoader(data, FANOUTS, i, batch_size, shuffle=(k == 0)) for k, i in enumerate(ids)]
+
+
+def small_model(data, seed=0):
+    torch.manual_seed(seed)
+    cfg = ModelConfig(name="sage", hidden_channels=32, num_layers=2, dropout=0.2)
+    return build_model(cfg, data.x.size(1), data.num_classes)
+
+
+def test_fit_learns_toy_graph():
+    data = toy_graph(num_nodes=400, seed=0)
+    train, val, test = loaders(data)
+    model = small_model(data)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    m = fit(model, opt, train, FitOptions(epochs=12), val_loader=val, test_loader=test)
+    assert m["val_acc"] > 0.85 and m["test_acc"] > 0.85, m
+    assert m["train_acc"] > 0.8 and m["loss"] < 0.6, m
+    assert m["seeds_per_s"] > 0 and m["sampled_edges_per_s"] > 0
+    assert 0.0 <= m["data_wait_frac"] < 1.0
+    assert m["steps"] == len(train)
+
+
+def test_max_steps_caps_an_epoch():
+    data = toy_graph(num_nodes=200, seed=2)
+    train, _, _ = loaders(data, batch_size=16)
+    model = small_model(data)
+    stats = train_epoch(model, train, torch.optim.Adam(model.parameters()), max_steps=2)
+    assert stats.steps == 2 and stats.seeds == 32
+
+
+def test_checkpoint_resume_continues_after_saved_epoch(tmp_path):
+    data = toy_graph(num_nodes=200, seed=3)
+    train, val, _ = loaders(data)
+    model = small_model(data)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    fit(model, opt, train, FitOptions(epochs=2, job_dir=str(tmp_path)), val_loader=val)
+    saved = torch.load(checkpoint_path(tmp_path), weights_only=True)
+    assert saved["epoch"] == 1 and "val_acc" in saved["metrics"]
+    assert not list(checkpoint_path(tmp_path).parent.glob("*.tmp"))
+
+    fresh = small_model(data, seed=99)
+    opt2 = torch.optim.Adam(fresh.parameters(), lr=0.01)
+    load_checkpoint(checkpoint_path(tmp_path), fresh, opt2)
+    for a, b in zip(fresh.state_dict().values(), model.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+
+    seen: list[int] = []
+    resumed = small_model(data, seed=99)
+    opts = FitOptions(epochs=4, job_dir=str(tmp_path), resume=True)
+    fit(
+        resumed,
+        torch.optim.Adam(resumed.parameters(), lr=0.01),
+        train,
+        opts,
+        on_epoch=lambda e, _: seen.append(e),
+    )
+    assert seen == [2, 3]
+    assert torch.load(checkpoint_path(tmp_path), weights_only=True)["epoch"] == 3
+
+
+def test_link_metrics():
+    scores = torch.tensor([0.9, 0.8, 0.3, 0.3, 0.1])
+    labels = torch.tensor([1, 0, 1, 0, 0])
+    pairs = [(p, n) for p in (0.9, 0.3) for n in (0.8, 0.3, 0.1)]
+    brute = sum(1.0 if p > n else 0.5 if p == n else 0.0 for p, n in pairs) / len(pairs)
+    assert binary_auc(scores, labels) == pytest.approx(brute)
+    assert mrr(torch.tensor([1.0, 0.5]), torch.tensor([[0.0, 0.2], [0.9, 0.7]])) == 2 / 3
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _train_uneven(rank: int, out_dir: str) -> None:
+    data = toy_graph(num_nodes=200, seed=4)
+    seeds = torch.arange(96) if rank == 0 else torch.arange(100, 132)
+    loader = ToyLoader(data, FANOUTS, seeds, batch_size=16, seed=rank)
+    model = DistributedDataParallel(small_model(data))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    stats = [train_epoch(model, loader, opt) for _ in range(2)][-1]
+    flat = torch.cat([p.detach().view(-1) for p in model.parameters()])
+    torch.save({"steps": stats.steps, "seeds": stats.seeds, "params": flat}, f"{out_dir}/{rank}.pt")
+
+
+def _uneven_worker(rank: int, port: int, out_dir: str) -> None:
+    """Rank 0 trains on 6 batches, rank 1 on 2; both must finish the epoch and agree.
+
+    The DDP model lives in `_train_uneven` so it is destroyed BEFORE the process group:
+    destroying a DDP model after `destroy_process_group` hung its process at exit now and then.
+    """
+    faulthandler.dump_traceback_later(90, exit=True)  # a hang shows where, then exits
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=2,
+        timeout=timedelta(seconds=30),
+    )
+    try:
+        _train_uneven(rank, out_dir)
+        gc.collect()
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.dist
+def test_ddp_uneven_batches_do_not_hang(tmp_path):
+    ctx = mp.start_processes(
+        _uneven_worker,
+        args=(_free_port(), str(tmp_path)),
+        nprocs=2,
+        join=False,
+        start_method="spawn",
+    )
+    deadline = time.monotonic() + 150  # after the workers own 90 s dump
+    try:
+        while not ctx.join(timeout=1):
+            assert time.monotonic() < deadline, "DDP workers with uneven batches hung"
+    finally:
+        for p in ctx.processes:
+            if p.is_alive():
+                p.kill()
+    r0, r1 = (torch.load(tmp_path / f"{r}.pt", weights_only=True) for r in (0, 1))
+    assert r0["steps"] == r1["steps"] == 6 + 2  # job-wide sums, identical on both ranks
+    assert r0["seeds"] == 96 + 32
+    torch.testing.assert_close(r0["params"], r1["params"])  # replicas stayed in sync
+
+
+class RecordingTracker(NullTracker):
+    """A tracker that keeps what it was given (the MLflow one is tested in test_tracking)."""
+
+    def __init__(self) -> None:
+        self.metrics: list[tuple[int | None, dict[str, float]]] = []
+        self.status: str | None = None
+
+    def start(self, cfg, run_name=None, parent_run_id=None, tags=None):
+        self.run_id = "local"
+        return self.run_id
+
+    def log_metrics(self, metrics, step=None):
+        self.metrics.append((step, dict(metrics)))
+
+    def end(self, status="FINISHED", error=None):
+        self.status, self.run_id = status, None
+
+
+def tiny_config(tmp_path, **train) -> Config:
+    cfg = Config(output_dir=str(tmp_path))
+    cfg.partition.num_parts = 1
+    cfg.dataset = DatasetConfig(root=str(tmp_path / "data"), num_nodes=1500, num_features=16)
+    cfg.dataset.num_classes = 5
+    cfg.model = ModelConfig(hidden_channels=32, num_layers=2, dropout=0.2)
+    cfg.sampler.num_neighbors = [5, 5]
+    cfg.loader.batch_size = 64
+    cfg.train.epochs = 2
+    cfg.train.lr = 0.01
+    for key, value in train.items():
+        setattr(cfg.train, key, value)
+    return validate(cfg)
+
+
+def test_train_single_end_to_end(tmp_path):
+    tracker = RecordingTracker()
+    m = train_single(tiny_config(tmp_path), job_dir=tmp_path / "job", tracker=tracker)
+    assert tracker.status == "FINISHED"
+    assert [step for step, _ in tracker.metrics] == [0, 1]
+    assert m["val_acc"] > 0.3 and m["steps"] > 0  # 5 classes: better than chance
+    assert torch.load(checkpoint_path(tmp_path / "job"), weights_only=True)["epoch"] == 1
+
+
+def test_train_single_link_objective(tmp_path):
+    cfg = tiny_config(tmp_path, objective="link", max_steps_per_epoch=5)
+    m = train_single(cfg, job_dir=tmp_path / "job", tracker=RecordingTracker())
+    assert m["steps"] == 5
+    assert 0.0 <= m["val_auc"] <= 1.0 and m["val_auc"] > 0.55, m
+
+
+def test_hetero_training_updates_embeddings(tmp_path):
+    from app.loader import NeighborLoader
+
+    data = toy_hetero()
+    cfg = Config(model=ModelConfig(hidden_channels=16, num_layers=2, dropout=0.0))
+
+    def make_loaders(cfg, data, target):
+        ids = data[target].train_mask.nonzero().view(-1)
+        return {"train": NeighborLoader(data, [3, 2], input_nodes=(target, ids), batch_size=20)}
+
+    torch.manual_seed(0)
+    model, optimizers, loaders, objective = hetero_setup(cfg, data, make_loaders)
+    before = model.embeddings.tables["author"].weight.detach().clone()
+    opt = JointOptimizer(optimizers)
+    first = train_epoch(model, loaders["train"], opt, objective=objective)
+    for _ in range(5):
+        last = train_epoch(model, loaders["train"], opt, objective=objective)
+    assert last.loss < first.loss
+    assert not torch.equal(before, model.embeddings.tables["author"].weight)
+    # dense Adam + SparseAdam state survive a weights-only checkpoint round trip
+    save_checkpoint(tmp_path / "last.pt", model, opt, epoch=5)
+    twin, twin_opts, _, _ = hetero_setup(cfg, data, make_loaders)
+    load_checkpoint(tmp_path / "last.pt", twin, JointOptimizer(twin_opts))
+    assert torch.equal(
+        twin.embeddings.tables["author"].weight, model.embeddings.tables["author"].weight
+    )
+    assert twin_opts[1].state_dict()["state"].keys() == optimizers[1].state_dict()["state"].keys()
