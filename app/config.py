@@ -287,11 +287,9 @@ def to_config(node: Any) -> Config:
 
 def save_config(cfg: Config, path: str | os.PathLike) -> None:
     """Write `cfg` as YAML atomically (children of a job read it back with `load_config`)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
-    os.replace(tmp, path)
+    from app.fsutil import write_text_atomic
+
+    write_text_atomic(Path(path), OmegaConf.to_yaml(OmegaConf.structured(cfg)))
 
 
 def load_config(path: str | os.PathLike) -> Config:

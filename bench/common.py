@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from app.fsutil import write_text_atomic
+
 RESULTS = Path(os.environ.get("DISTGNN_BENCH_OUT", "outputs/bench/results.json"))
 
 
@@ -34,10 +36,7 @@ def record(
     }
     rows = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
     rows = [r for r in rows if (r["bench"], r["metric"]) != (bench, metric)] + [rec]
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    tmp = RESULTS.with_suffix(".tmp")
-    tmp.write_text(json.dumps(rows, indent=1))
-    os.replace(tmp, RESULTS)
+    write_text_atomic(RESULTS, json.dumps(rows, indent=1))
     vs = f"  ({rec['ratio']}x {compared_to})" if compared_to and ratio is not None else ""
     print(f"{bench:<22} {metric:<34} {rec['value']:>14,.3f} {unit:<10}{vs}", flush=True)
     return rec

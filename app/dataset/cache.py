@@ -10,15 +10,11 @@ finished file. Readers never see a half-written file because the rename is atomi
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import logging
-import os
-import tempfile
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
@@ -26,6 +22,7 @@ import torch
 
 from app.config import DatasetConfig
 from app.dataset.synthetic import GENERATOR_VERSION
+from app.fsutil import file_lock, torch_save_atomic
 
 log = logging.getLogger(__name__)
 
@@ -50,42 +47,6 @@ def cache_path(cfg: DatasetConfig, seed: int) -> Path:
     return Path(cfg.root) / f"{cfg.name}-{dataset_fingerprint(cfg, seed)}" / "data.pt"
 
 
-@contextmanager
-def file_lock(path: Path, timeout_s: float = LOCK_TIMEOUT_S):
-    """Exclusive fcntl lock on `path`, polled until `timeout_s` (then TimeoutError)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as fh:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(
-                        f"{path}: still locked after {timeout_s:.0f}s by another process "
-                        "generating this dataset; wait for it or delete the stale lock file"
-                    ) from None
-                time.sleep(0.2)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def save_atomic(obj: dict, path: Path) -> None:
-    """`torch.save` to a unique temp file in the same directory, then rename over `path`."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    os.close(fd)
-    try:
-        torch.save(obj, tmp)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; the cache is shared data
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def load_plain(path: Path) -> dict:
     """Read a cached dict; memory-mapped, so a second load is fast and shares pages."""
     return torch.load(path, weights_only=True, mmap=True)
@@ -95,11 +56,13 @@ def cached(path: Path, build: Callable[[], dict]) -> dict:
     """The dict stored at `path`, building and writing it once (under a lock) if missing."""
     if path.exists():
         return load_plain(path)
-    with file_lock(path.parent / ".lock"):
+    with file_lock(
+        path.parent / ".lock", LOCK_TIMEOUT_S, "another process generating this dataset"
+    ):
         if path.exists():  # another process wrote it while we waited
             return load_plain(path)
         start = time.perf_counter()
         obj = build()
-        save_atomic(obj, path)
+        torch_save_atomic(obj, path)
         log.info("generated %s in %.1fs", path, time.perf_counter() - start)
     return obj

@@ -14,15 +14,15 @@ into the current directory. MLflow is imported lazily: it takes seconds to impor
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import logging
 import math
 import os
 import time
 import warnings
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from app.fsutil import file_lock
 
 log = logging.getLogger("distgnn.tracking")
 
@@ -117,29 +117,6 @@ def sqlite_path(uri: str) -> Path | None:
     return Path(uri[len("sqlite:///") :])
 
 
-@contextmanager
-def file_lock(path: Path, timeout_s: float = LOCK_TIMEOUT_S):
-    """Exclusive `fcntl.flock` on `path` (created if missing), waiting at most `timeout_s`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as fh:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(
-                        f"could not lock {path} within {timeout_s:.0f}s: another process holds "
-                        "it; delete the file if no distgnn job is running"
-                    ) from None
-                time.sleep(0.05)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 class MlflowTracker(Tracker):
     """One MLflow run per job, addressed by id through an `MlflowClient`."""
 
@@ -158,7 +135,7 @@ class MlflowTracker(Tracker):
         if db is None:
             self.client = MlflowClient(self.tracking_uri)
             return self._experiment_id(None)
-        with file_lock(db.with_name(db.name + ".lock")):
+        with file_lock(db.with_name(db.name + ".lock"), LOCK_TIMEOUT_S, "a job creating the store"):
             self.client = MlflowClient(self.tracking_uri)
             return self._experiment_id(db.parent / "artifacts")
 

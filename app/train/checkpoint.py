@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from app.fsutil import torch_save_atomic
+
 CHECKPOINT_NAME = "last.pt"
 
 
@@ -64,9 +66,8 @@ def save_checkpoint(
     epoch: int,
     metrics: dict[str, float] | None = None,
 ) -> Path:
-    """Write the checkpoint to a temp file in the same directory, then `os.replace` it."""
+    """Write the checkpoint atomically (a crash mid-write keeps the previous one)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     state = {
         "model": unwrap(model).state_dict(),
         "optimizer": optimizer.state_dict(),
@@ -74,9 +75,7 @@ def save_checkpoint(
         "metrics": dict(metrics or {}),
         "rng": rng_state(),
     }
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    torch_save_atomic(state, path)
     return path
 
 
