@@ -59,26 +59,30 @@ def _partition_lock(cfg: Config):
 
 
 def prepare_partition(cfg: Config) -> Path:
-    """Reuse or create the job's partition, once, before any child starts."""
+    """Reuse or create the job's partition, once, before any child starts.
+
+    Link prediction partitions the graph of its training edges only (held-out edges carry no
+    messages), in a folder of its own: `app.train.dist_link.ensure_link_partition`.
+    """
     from app.partition.task import ensure_partition
 
     with _partition_lock(cfg):
+        if cfg.train.objective == "link":
+            from app.train.dist_link import ensure_link_partition
+
+            return ensure_link_partition(cfg)
         return ensure_partition(cfg)
 
 
-def check_supported(cfg: Config, partition_root: Path | None = None) -> None:
-    """Fail early (before partitioning, then before spawning) for jobs we do not distribute."""
-    if cfg.train.objective != "node":
-        raise ConfigError(
-            f"train.objective={cfg.train.objective!r}: distributed jobs train node "
-            "classification; run link prediction with cluster.num_nodes=1"
-        )
-    from app.partition.reader import read_meta
+HETERO_DATASETS = ("synthetic_mag", "ogbn_mag")
 
-    if partition_root is not None and read_meta(partition_root)["is_hetero"]:
+
+def check_supported(cfg: Config) -> None:
+    """Fail before partitioning for jobs we do not distribute: link prediction on hetero graphs."""
+    if cfg.train.objective == "link" and cfg.dataset.name in HETERO_DATASETS:
         raise ConfigError(
-            f"dataset.name={cfg.dataset.name!r} is heterogeneous: distributed jobs train "
-            "homogeneous graphs; use cluster.num_nodes=1 for it"
+            f"dataset.name={cfg.dataset.name!r} is heterogeneous: distributed link prediction "
+            "runs on homogeneous graphs; use dataset=synthetic_products or ogbn_products"
         )
 
 
@@ -102,7 +106,6 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
     check_supported(cfg)
     ports = plan_ports(cfg, os.environ)  # also checks the env / ssh cluster description
     partition_root = prepare_partition(cfg)
-    check_supported(cfg, partition_root)
     plan = plan_job(cfg, job_dir, partition_root, ports, extra_env=extra)
     if isinstance(plan, EnvPlan):
         die_with_parent()  # torchrun / srun killed: take this node's share down with it

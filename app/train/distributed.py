@@ -3,7 +3,10 @@
 Steps: join the trainers' process group (gloo; CPU) at
 `tcp://master_addr:ddp_port`, load this node's partition (memory-mapped), split its train /
 val / test seeds across the node's trainers, build the distributed loaders (the first one joins
-the job's RPC group), wrap the model in DDP and run `app.train.loop.fit`. Rank 0 logs to MLflow
+the job's RPC group), wrap the model in DDP and run `app.train.loop.fit`. The job's kind picks
+the model, loaders and objective (`Task`): homogeneous node classification here,
+heterogeneous node classification with `DistEmbedding` rows in `app.train.dist_hetero`, link
+prediction on held-out edges in `app.train.dist_link`. Rank 0 logs to MLflow
 (nested under `DISTGNN_MLFLOW_PARENT_RUN_ID` when a sweep set it), checkpoints every epoch and
 writes the final metrics to `<job_dir>/result.json` (atomically) for the launcher.
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -38,7 +42,7 @@ from app.model.gnn import build_model
 from app.partition.reader import PartitionData, load_partition
 from app.runtime import Runtime
 from app.tracking.mlflow import make_tracker
-from app.train.loop import FitOptions, fit
+from app.train.loop import FitOptions, Objective, fit, node_classification
 from app.train.metrics import all_reduce
 
 log = logging.getLogger("distgnn.train")
@@ -112,11 +116,11 @@ class Session:
                 self.tracker.end(status)
 
 
-def _loaders(session: Session, part: PartitionData, stores: tuple[Any, Any]) -> dict[str, Any]:
-    """Train / val / test loaders over this trainer's share of the partition's seeds."""
+def loader_kwargs(session: Session) -> dict[str, Any]:
+    """Sampler / RPC arguments shared by every distributed loader of this trainer."""
     rt, cfg = session.runtime, session.cfg
     s, ld = cfg.sampler, cfg.loader
-    common = dict(
+    return dict(
         num_neighbors=s.num_neighbors,
         current_ctx=DistContext.from_runtime(rt),
         num_workers=ld.num_workers,
@@ -132,14 +136,27 @@ def _loaders(session: Session, part: PartitionData, stores: tuple[Any, Any]) -> 
         init_timeout=cfg.cluster.init_timeout_s,
         seed=cfg.seed * 1000 + rt.rank,
     )
-    eval_cap = cfg.train.max_steps_per_epoch * ld.eval_batch_size  # bench/smoke cap, 0: all
+
+
+def eval_cap(cfg: Config) -> int:
+    """Eval inputs per trainer in capped (bench / smoke) runs; 0: all."""
+    return cfg.train.max_steps_per_epoch * cfg.loader.eval_batch_size
+
+
+def _loaders(
+    session: Session, seeds: dict[str, Tensor], stores: tuple[Any, Any], input_type: str | None
+) -> dict[str, Any]:
+    """Train / val / test node loaders over this trainer's share of the node's `seeds`."""
+    rt, cfg = session.runtime, session.cfg
+    ld = cfg.loader
+    common = loader_kwargs(session)
     out = {}
     for split in SPLITS:
         train = split == "train"
-        seeds = my_share(part.seeds[split], rt, 0 if train else eval_cap)
+        ids = my_share(seeds[split], rt, 0 if train else eval_cap(cfg))
         out[split] = DistNeighborLoader(
             stores,
-            input_nodes=seeds,
+            input_nodes=ids if input_type is None else (input_type, ids),
             batch_size=ld.batch_size if train else ld.eval_batch_size,
             shuffle=ld.shuffle and train,
             drop_last=ld.drop_last and train,
@@ -186,16 +203,85 @@ def partition_metrics(stats: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def _model(cfg: Config, part: Any) -> nn.Module:
-    """The configured model, identically initialised on every rank, wrapped in DDP."""
+@dataclass
+class Task:
+    """What `fit` runs for the job's kind (homogeneous / heterogeneous nodes, or links)."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    loaders: dict[str, Any]
+    objective: Objective = node_classification
+    finish: Callable[[], dict[str, float]] | None = None  # extra final metrics, every rank
+
+
+def _ddp(model: nn.Module, find_unused: bool = False) -> DistributedDataParallel:
+    return DistributedDataParallel(model, find_unused_parameters=find_unused)
+
+
+def _adam(cfg: Config, model: nn.Module) -> torch.optim.Optimizer:
+    t = cfg.train
+    return torch.optim.Adam(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
+
+
+def _homo_task(session: Session, part: PartitionData, stores: tuple[Any, Any]) -> Task:
+    """Homogeneous node classification: the configured model over the node's seeds."""
+    cfg = session.cfg
+    loaders = _loaders(session, part.seeds, stores, None)
     in_channels = int(part.node_feats["feats"]["x"].size(1))
     torch.manual_seed(cfg.seed)  # as train_single: same initial weights for the same seed
-    return DistributedDataParallel(build_model(cfg.model, in_channels, num_classes(part)))
+    model = _ddp(build_model(cfg.model, in_channels, num_classes(part)))
+    return Task(model, _adam(cfg, model), loaders)
+
+
+def _hetero_task(session: Session, part: PartitionData, stores: tuple[Any, Any]) -> Task:
+    """Hetero node classification; featureless types read `DistEmbedding` rows (RPC is up)."""
+    from app.train import dist_hetero as h
+
+    rt, cfg = session.runtime, session.cfg
+    target = h.target_type(part)
+    seeds = {split: part.seeds[split][target] for split in SPLITS}
+    loaders = _loaders(session, seeds, stores, target)
+    embeddings = h.make_embeddings(rt, part, cfg.model.embedding_dim or cfg.model.hidden_channels)
+    before = embeddings.probe()
+    # a batch need not touch every edge type, and the last layer only feeds the target type
+    model = _ddp(h.build_model(cfg, part, embeddings), find_unused=True)
+    return Task(
+        model,
+        h.make_optimizer(cfg, model, embeddings),
+        loaders,
+        h.hetero_node_objective(target),
+        lambda: h.embedding_change(before, embeddings),
+    )
+
+
+def _link_task(session: Session, part: PartitionData, stores: tuple[Any, Any]) -> Task:
+    """Link prediction over this part's training edges; AUC / MRR on held-out edges."""
+    from app.train import dist_link
+
+    rt, cfg = session.runtime, session.cfg
+    edges = dist_link.link_edges(rt, part, eval_cap(cfg))
+    common = loader_kwargs(session)
+    common.pop("time_attr")  # link loaders do not sample temporally
+    loaders = dist_link.make_loaders(cfg, edges, stores, common)
+    session.loaders.extend(loaders.values())
+    model = _ddp(dist_link.build_model(cfg, part))
+    return Task(model, _adam(cfg, model), loaders, dist_link.link_metrics_objective)
+
+
+def _task(session: Session, part: PartitionData, stores: tuple[Any, Any]) -> Task:
+    if session.cfg.train.objective == "link":
+        return _link_task(session, part, stores)
+    if part.is_hetero:
+        return _hetero_task(session, part, stores)
+    return _homo_task(session, part, stores)
 
 
 def _log_shares(runtime: Runtime, loaders: dict[str, Any]) -> None:
-    """One line per trainer: its seeds and batches per split (uneven ranks are expected)."""
-    share = {s: int(ld.input_nodes.numel()) for s, ld in loaders.items()}
+    """One line per trainer: its seeds (edges for links) and train batches (uneven is expected).
+
+    The `<name> seeds {json}` format is parsed by tests; keep it.
+    """
+    share = {s: int(ld._num_inputs()) for s, ld in loaders.items()}
     share["batches"] = len(loaders["train"])
     log.info("%s seeds %s", runtime.name, json.dumps(share))
 
@@ -214,12 +300,10 @@ def train_distributed(runtime: Runtime, cfg: Config) -> dict[str, float]:
     try:
         init_process_group(runtime, cfg)
         part, stores = load_part(runtime)
-        loaders = _loaders(session, part, stores)
-        _log_shares(runtime, loaders)
+        task = _task(session, part, stores)
+        _log_shares(runtime, task.loaders)
         _start_tracking(session, part)
-        model = _model(cfg, part)
         t = cfg.train
-        optimizer = torch.optim.Adam(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
         opts = FitOptions(
             epochs=t.epochs,
             eval_every=t.eval_every,
@@ -229,14 +313,20 @@ def train_distributed(runtime: Runtime, cfg: Config) -> dict[str, float]:
             resume=t.resume,
         )
         metrics = fit(
-            model,
-            optimizer,
-            loaders["train"],
+            task.model,
+            task.optimizer,
+            task.loaders["train"],
             opts,
-            val_loader=loaders["val"],
-            test_loader=loaders["test"],
+            val_loader=task.loaders["val"],
+            test_loader=task.loaders["test"],
+            objective=task.objective,
             tracker=session.tracker,
         )
+        if task.finish is not None:
+            extra = task.finish()
+            metrics.update(extra)
+            if session.tracker is not None:
+                session.tracker.log_metrics(extra, step=t.epochs - 1)
         result = {**metrics, "epochs_done": t.epochs, "world_size": runtime.world_size}
         if runtime.rank == 0:
             write_atomic(Path(runtime.job_dir) / RESULT_FILE, json.dumps(result, indent=1))
