@@ -12,16 +12,14 @@ go through the same code. Files in the job dir:
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
-import time
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from app.config import Config, ConfigError, save_config
+from app.fsutil import file_lock
 from app.launch.plan import EnvPlan, ProcessPlan, plan_job, plan_ports
 from app.launch.spawn import JobFailed, die_with_parent, run_procs
 
@@ -35,27 +33,13 @@ RUN_ID_FILE = "mlflow_run_id"
 PARTITION_LOCK_TIMEOUT_S = 4 * 3600.0
 
 
-@contextmanager
 def _partition_lock(cfg: Config):
     """Serialise partition creation across launchers sharing the output dir (env mode)."""
-    path = Path(cfg.output_dir) / "partitions.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    deadline = time.monotonic() + PARTITION_LOCK_TIMEOUT_S
-    with open(path, "w") as fh:
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError as err:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(
-                        f"{path} still locked after {PARTITION_LOCK_TIMEOUT_S} s"
-                    ) from err
-                time.sleep(0.5)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    return file_lock(
+        Path(cfg.output_dir) / "partitions.lock",
+        PARTITION_LOCK_TIMEOUT_S,
+        "another launcher partitioning this dataset",
+    )
 
 
 def prepare_partition(cfg: Config) -> Path:

@@ -162,14 +162,26 @@ def build_link_predictor(cfg: Any, in_channels: int) -> LinkPredictor:
 def split_edges(
     edge_index: Tensor, seed: int, val_frac: float = 0.05, test_frac: float = 0.05
 ) -> dict[str, Tensor]:
-    """Random train / val / test split of the edges (message passing uses train edges only)."""
-    num = edge_index.size(1)
-    perm = torch.randperm(num, generator=torch.Generator().manual_seed(seed))
-    n_val, n_test = int(num * val_frac), int(num * test_frac)
+    """Random train / val / test split by unordered node pair (message passing uses train only).
+
+    An edge and its reverse always fall in the same split, so on a symmetric graph a held-out
+    edge cannot leak through its reverse; val/test keep one direction per pair.
+    """
+    src, dst = edge_index
+    n = int(edge_index.max()) + 1 if edge_index.numel() else 1
+    pair = torch.minimum(src, dst) * n + torch.maximum(src, dst)
+    pairs, pair_of_edge = torch.unique(pair, return_inverse=True)
+    perm = torch.randperm(len(pairs), generator=torch.Generator().manual_seed(seed))
+    n_val, n_test = int(len(pairs) * val_frac), int(len(pairs) * test_frac)
+    split_of_pair = torch.zeros(len(pairs), dtype=torch.long)
+    split_of_pair[perm[:n_val]] = 1
+    split_of_pair[perm[n_val : n_val + n_test]] = 2
+    first_edge = torch.full((len(pairs),), edge_index.size(1), dtype=torch.long)
+    first_edge.scatter_reduce_(0, pair_of_edge, torch.arange(edge_index.size(1)), "amin")
     return {
-        "val": edge_index[:, perm[:n_val]],
-        "test": edge_index[:, perm[n_val : n_val + n_test]],
-        "train": edge_index[:, perm[n_val + n_test :]],
+        "val": edge_index[:, first_edge[perm[:n_val]]],
+        "test": edge_index[:, first_edge[perm[n_val : n_val + n_test]]],
+        "train": edge_index[:, split_of_pair[pair_of_edge] == 0],
     }
 
 

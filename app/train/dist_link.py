@@ -17,7 +17,6 @@ negatives) and MRR (rank of each positive among its negatives).
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.data import Data, HeteroData
 
 from app.config import Config, ConfigError
+from app.fsutil import torch_save_atomic
 from app.model.link import build_link_predictor, link_objective, split_edges
 from app.partition.reader import PartitionData, torch_load
 from app.runtime import Runtime
@@ -36,6 +36,7 @@ from app.train.loop import StepResult
 log = logging.getLogger("distgnn.train")
 
 LINK_SPLIT_FILE = "link_split.pt"
+SPLIT_VERSION = 2  # 2: split by unordered pair (a held-out edge's reverse is held out too)
 EVAL_NEGATIVES = 20  # random destinations ranked against each held-out positive
 
 
@@ -43,7 +44,7 @@ def link_dataset_fingerprint(cfg: Config) -> str:
     """The dataset fingerprint of the training-edge graph: dataset fingerprint + split seed."""
     from app.dataset import dataset_fingerprint
 
-    return f"{dataset_fingerprint(cfg.dataset, cfg.seed)}-link-s{cfg.seed}"
+    return f"{dataset_fingerprint(cfg.dataset, cfg.seed)}-link{SPLIT_VERSION}-s{cfg.seed}"
 
 
 def link_partition_root(cfg: Config) -> tuple[Path, str, str]:
@@ -102,9 +103,7 @@ def ensure_link_partition(cfg: Config) -> Path:
             overwrite=p.overwrite,
         )
     held_out = {"val": splits["val"].contiguous(), "test": splits["test"].contiguous()}
-    tmp = root / f".{LINK_SPLIT_FILE}.{os.getpid()}.tmp"
-    torch.save(held_out, tmp)
-    os.replace(tmp, root / LINK_SPLIT_FILE)
+    torch_save_atomic(held_out, root / LINK_SPLIT_FILE)
     return root
 
 

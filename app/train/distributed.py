@@ -18,6 +18,7 @@ forever), RPC calls by `sampler.rpc_timeout_s`.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -38,6 +39,7 @@ from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.graph_store import LocalGraphStore
 from app.distributed.loader import DistNeighborLoader
 from app.distributed.server import shutdown
+from app.fsutil import write_text_atomic
 from app.model.gnn import build_model
 from app.partition.reader import PartitionData, load_partition
 from app.runtime import Runtime
@@ -52,13 +54,6 @@ RESULT_FILE = "result.json"
 RUN_ID_FILE = "mlflow_run_id"
 COLLECTIVE_TIMEOUT_S = 1800.0
 SPLITS = ("train", "val", "test")
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write `text` to a temp file next to `path`, then rename it over `path`."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def init_process_group(runtime: Runtime, cfg: Config) -> None:
@@ -179,7 +174,7 @@ def _start_tracking(session: Session, part: Any) -> None:
     if run_id is None:
         return
     job_dir = Path(rt.job_dir)
-    write_atomic(job_dir / RUN_ID_FILE, run_id)
+    write_text_atomic(job_dir / RUN_ID_FILE, run_id)
     tracker.log_metrics(partition_metrics(part.meta.get("stats", {})))
     tracker.log_artifact(rt.config_path)
     overrides = job_dir / ".hydra" / "overrides.yaml"
@@ -297,6 +292,7 @@ def train_distributed(runtime: Runtime, cfg: Config) -> dict[str, float]:
     """Train as one rank of the job; rank 0 also writes the final metrics to result.json."""
     session = Session(runtime, cfg)
     status = "FAILED"
+    task = None
     try:
         init_process_group(runtime, cfg)
         part, stores = load_part(runtime)
@@ -329,11 +325,14 @@ def train_distributed(runtime: Runtime, cfg: Config) -> dict[str, float]:
                 session.tracker.log_metrics(extra, step=t.epochs - 1)
         result = {**metrics, "epochs_done": t.epochs, "world_size": runtime.world_size}
         if runtime.rank == 0:
-            write_atomic(Path(runtime.job_dir) / RESULT_FILE, json.dumps(result, indent=1))
+            write_text_atomic(Path(runtime.job_dir) / RESULT_FILE, json.dumps(result, indent=1))
         status = "FINISHED"
         return result
     except KeyboardInterrupt:
         status = "KILLED"
         raise
     finally:
+        # DDP's reducer must go before its process group: destroying it afterwards can hang.
+        task = None
+        gc.collect()
         session.close(status)
