@@ -1,0 +1,43 @@
+"""`make bench`: every benchmark in one run; the table on stdout, records in results.json.
+
+Each bench measures its reference side by side in the same run (see each module's docstring).
+`python -m bench NAME ...` runs only the named ones. The products-scale runs are opt-in
+(`make bench-products`, `python -m bench.dataset_gen`) because they take many minutes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+
+from bench.common import RESULTS
+
+BENCHES = [
+    "sampler",  # kernel + local loader throughput (issue: fast local sampler)
+    "model",  # trimmed, CSR-aggregating GraphSAGE step vs plain PyG
+    "partition",  # METIS vs random, 2 and 4 parts, 200k nodes
+    "dist_sampling",  # 2-partition distributed loader vs local loader, PSS
+    "embedding",  # DistEmbedding lookup / sparse update, 1 vs 2 partitions
+    "e2e",  # end-to-end epochs, 1 and 2 local nodes
+    "e2e_hetero_link",  # mag_hetero and products_link epochs
+]
+
+
+def main(names: list[str]) -> None:
+    unknown = sorted(set(names) - set(BENCHES))
+    if unknown:
+        raise SystemExit(f"unknown bench {', '.join(unknown)}; choose from {', '.join(BENCHES)}")
+    for name in names or BENCHES:
+        start = time.perf_counter()
+        print(f"== bench.{name}", flush=True)
+        module = importlib.import_module(f"bench.{name}")
+        module.main()
+        print(f"== bench.{name} done in {time.perf_counter() - start:.0f} s", flush=True)
+    print(f"results: {RESULTS}")
+
+
+if __name__ == "__main__":
+    selected = sys.argv[1:]
+    del sys.argv[1:]  # each bench's main() reads its own argv: give it none (its defaults)
+    main(selected)
