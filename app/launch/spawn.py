@@ -85,6 +85,8 @@ def _pump(name: str, pipe: IO[bytes], log_path: Path, tail: deque[str], echo: bo
     with open(log_path, "a", encoding="utf-8") as log:
         for segment in text:
             raw = segment.rstrip("\r\n").removeprefix(prefix)  # log records carry it already
+            if not raw:  # progress bars start with a bare "\r": no empty prefixed lines
+                continue
             line = prefix + raw
             log.write(line + "\n")
             log.flush()

@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import traceback
+import warnings
 
 from app.runtime import Runtime
 
@@ -60,6 +61,8 @@ def main() -> int:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR
     setup_logging(runtime)
+    # torch's object collectives warn on every gloo call; the job uses them on purpose.
+    warnings.filterwarnings("ignore", message="You are using a Backend", category=UserWarning)
     try:
         return run(runtime)
     except KeyboardInterrupt:
