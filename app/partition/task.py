@@ -69,6 +69,11 @@ def _ensure(cfg: Config, data: Any = None) -> PartitionMeta:
         from app.dataset import load_dataset
 
         data = load_dataset(cfg.dataset, cfg.seed)
+    return write_partition(cfg, data, root, dataset_fp)
+
+
+def write_partition(cfg: Config, data: Any, root: Path, dataset_fp: str) -> PartitionMeta:
+    """`partition_graph` of `data` into `root` with the job's `partition.*` settings."""
     p = cfg.partition
     return partition_graph(
         data,

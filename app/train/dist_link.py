@@ -64,7 +64,8 @@ def ensure_link_partition(cfg: Config) -> Path:
         ConfigError: heterogeneous dataset, or `partition.relabel=true` (held-out edges are kept
             in original ids).
     """
-    from app.partition.writer import find_existing, partition_graph
+    from app.partition.task import write_partition
+    from app.partition.writer import find_existing
 
     if cfg.partition.relabel:
         raise ConfigError(
@@ -72,8 +73,7 @@ def ensure_link_partition(cfg: Config) -> Path:
             "original ids; set partition.relabel=false"
         )
     root, fp, dataset_fp = link_partition_root(cfg)
-    p = cfg.partition
-    existing = find_existing(root, fp, p.overwrite)
+    existing = find_existing(root, fp, cfg.partition.overwrite)
     if existing is not None and (root / LINK_SPLIT_FILE).is_file():
         log.info("reusing link partition %s", root)
         return root
@@ -89,19 +89,7 @@ def ensure_link_partition(cfg: Config) -> Path:
     if existing is None:
         node_attrs = {k: v for k, v in data.items() if k != "edge_index" and data.is_node_attr(k)}
         graph = Data(edge_index=splits["train"], num_nodes=data.num_nodes, **node_attrs)
-        partition_graph(
-            graph,
-            root,
-            p.num_parts,
-            method=p.method,
-            recursive=p.recursive,
-            balance_train=p.balance_train,
-            balance_edges=p.balance_edges,
-            relabel=False,
-            seed=cfg.seed,
-            fingerprint=dataset_fp,
-            overwrite=p.overwrite,
-        )
+        write_partition(cfg, graph, root, dataset_fp)
     held_out = {"val": splits["val"].contiguous(), "test": splits["test"].contiguous()}
     torch_save_atomic(held_out, root / LINK_SPLIT_FILE)
     return root
