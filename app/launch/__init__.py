@@ -129,7 +129,7 @@ def _read_result(job_dir: Path, plan: ProcessPlan) -> dict[str, Any]:
 
 
 def _close_tracking(cfg: Config, job_dir: Path, status: str) -> None:
-    """Upload every child's log to the job's MLflow run; end it if its trainer could not."""
+    """Upload every child's log to the job's MLflow run and end it with the job's status."""
     run_file = job_dir / RUN_ID_FILE
     if not cfg.mlflow.enabled or not run_file.exists():
         return
@@ -140,7 +140,10 @@ def _close_tracking(cfg: Config, job_dir: Path, status: str) -> None:
         client = MlflowClient(tracking_uri=cfg.tracking_uri)
         if (job_dir / "logs").is_dir():
             client.log_artifacts(run_id, str(job_dir / "logs"), artifact_path="logs")
-        if client.get_run(run_id).info.status == "RUNNING":
+        # The launcher's outcome wins over the trainer's own: on Ctrl-C a trainer may first see
+        # its sampler vanish and end the run FAILED; a job whose sampler crashed after the
+        # trainer finished has failed all the same.
+        if status != "FINISHED" or client.get_run(run_id).info.status == "RUNNING":
             client.set_terminated(run_id, status=status)
     except Exception as err:  # tracking must never hide the job's own outcome
         log.warning("could not finish MLflow run %s: %s", run_id, err)
