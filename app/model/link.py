@@ -9,10 +9,15 @@
 `link_objective` understands both negative-sampling layouts of the loader: binary
 (`edge_label_index` + 0/1 `edge_label`, BCE, AUC) and triplet (`src_index`, `dst_pos_index`,
 `dst_neg_index`, BCE on positives vs. negatives, MRR).
+
+`link_setup` builds the single-process job: homogeneous graphs predict their own edges;
+heterogeneous (ogbn-mag-shaped) graphs predict `HETERO_LINK_TYPE` (paper → field_of_study),
+message passing over a copy without the held-out links and their `rev_has_topic` reverses.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -185,27 +190,88 @@ def split_edges(
     }
 
 
-def link_setup(cfg: Any, data: Data | HeteroData) -> tuple:
-    """(model, [Adam], loaders, objective) for homogeneous link prediction in `train_single`."""
+# Link type predicted on heterogeneous (ogbn-mag-shaped) graphs; its val/test links are removed
+# from it and from its reverse `rev_has_topic`, so neither direction passes messages.
+HETERO_LINK_TYPE: EdgeType = ("paper", "has_topic", "field_of_study")
+HETERO_DEFAULT_DIM = 32  # embedding width of featureless types when model.embedding_dim=0
+
+
+def reverse_type(data: HeteroData, edge_type: EdgeType) -> EdgeType | None:
+    """The `(dst, rev_rel, src)` edge type `ToUndirected` adds for `edge_type`, if present."""
+    src, rel, dst = edge_type
+    rev = (dst, f"rev_{rel}", src)
+    return rev if rev in data.edge_types else None
+
+
+def split_hetero_edges(data: HeteroData, edge_type: EdgeType, seed: int) -> dict[str, Tensor]:
+    """`split_edges` on one bipartite edge type (destination ids offset so pairs stay distinct)."""
+    if edge_type not in data.edge_types:
+        raise ValueError(f"link edge type {edge_type} is not in the dataset's {data.edge_types}")
+    shift = data[edge_type[0]].num_nodes
+    ei = data[edge_type].edge_index
+    splits = split_edges(torch.stack([ei[0], ei[1] + shift]), seed)
+    return {k: torch.stack([v[0], v[1] - shift]) for k, v in splits.items()}
+
+
+def _drop_pairs(edge_index: Tensor, held_out: Tensor, num_dst: int) -> Tensor:
+    """The edges of `edge_index` whose (src, dst) pair is not a column of `held_out`."""
+    keys = edge_index[0] * num_dst + edge_index[1]
+    return edge_index[:, ~torch.isin(keys, held_out[0] * num_dst + held_out[1])]
+
+
+def message_graph(data: HeteroData, edge_type: EdgeType, splits: dict[str, Tensor]) -> HeteroData:
+    """Shallow copy of `data` without the val/test links of `edge_type` nor their reverses."""
+    held = torch.cat([splits["val"], splits["test"]], dim=1)
+    graph = copy.copy(data)  # new stores sharing tensors; `data` keeps its edges
+    graph[edge_type].edge_index = _drop_pairs(
+        data[edge_type].edge_index, held, data[edge_type[-1]].num_nodes
+    )
+    rev = reverse_type(data, edge_type)
+    if rev is not None:
+        graph[rev].edge_index = _drop_pairs(
+            data[rev].edge_index, held.flip(0), data[rev[-1]].num_nodes
+        )
+    return graph
+
+
+def build_hetero_link_predictor(
+    cfg: Any, data: HeteroData, edge_type: EdgeType
+) -> HeteroLinkPredictor:
+    """HeteroSAGE (out = hidden width) + `model.embedding_dim` tables (default 32) + decoder."""
+    m = cfg.model
+    if m.name != "sage":
+        raise ValueError(f"model.name={m.name!r}: heterogeneous graphs support model=sage only")
+    dim = m.embedding_dim or HETERO_DEFAULT_DIM
+    featureless = {t: data[t].num_nodes for t in data.node_types if "x" not in data[t]}
+    in_channels = {t: (data[t].x.size(1) if "x" in data[t] else dim) for t in data.node_types}
+    gnn = HeteroSAGE(
+        data.metadata(), in_channels, m.hidden_channels, m.hidden_channels, m.num_layers, m.dropout
+    )
+    decoder = Decoder(m.decoder, m.hidden_channels)
+    return HeteroLinkPredictor(gnn, NodeEmbeddings(featureless, dim), edge_type, decoder)
+
+
+def _link_loaders(
+    cfg: Any, graph: Data | HeteroData, splits: dict[str, Tensor], edge_type: EdgeType | None
+) -> dict[str, Any]:
+    """Train loader (`loader.neg_sampling`) and val / test loaders (eval capped in smoke runs).
+
+    Homogeneous val / test use `loader.neg_sampling` too; heterogeneous ones always use binary
+    negatives so the held-out links get an AUC.
+    """
     from app.loader import LinkNeighborLoader
 
-    if isinstance(data, HeteroData):
-        raise ValueError(
-            "train.objective=link runs on homogeneous datasets only for now; "
-            "use dataset=synthetic_products or ogbn_products"
-        )
-    splits = split_edges(data.edge_index, cfg.seed)
-    graph = Data(x=data.x, edge_index=splits["train"], num_nodes=data.num_nodes)
     s, ld, t = cfg.sampler, cfg.loader, cfg.train
     eval_cap = t.max_steps_per_epoch * ld.eval_batch_size
     loaders = {}
     for split, links in splits.items():
         train = split == "train"
+        links = links if train or not eval_cap else links[:, :eval_cap]
         loaders[split] = LinkNeighborLoader(
             graph,
             s.num_neighbors,
-            edge_label_index=links if train or not eval_cap else links[:, :eval_cap],
-            neg_sampling=ld.neg_sampling,
+            edge_label_index=links if edge_type is None else (edge_type, links),
+            neg_sampling=ld.neg_sampling if train or edge_type is None else "binary",
             neg_sampling_ratio=ld.neg_sampling_ratio,
             batch_size=ld.batch_size if train else ld.eval_batch_size,
             shuffle=ld.shuffle and train,
@@ -214,6 +280,39 @@ def link_setup(cfg: Any, data: Data | HeteroData) -> tuple:
             subgraph_type=s.subgraph_type,
             seed=cfg.seed + (0 if train else 1),
         )
+    return loaders
+
+
+def hetero_link_setup(cfg: Any, data: HeteroData) -> tuple:
+    """(model, [Adam, sparse optimizer], loaders, objective) predicting `HETERO_LINK_TYPE`."""
+    splits = split_hetero_edges(data, HETERO_LINK_TYPE, cfg.seed)
+    graph = message_graph(data, HETERO_LINK_TYPE, splits)
+    model = build_hetero_link_predictor(cfg, graph, HETERO_LINK_TYPE)
+    t = cfg.train
+    dense = [p for n, p in model.named_parameters() if not n.startswith("embeddings.")]
+    optimizers: list[torch.optim.Optimizer] = [
+        torch.optim.Adam(dense, lr=t.lr, weight_decay=t.weight_decay)
+    ]
+    sparse = list(model.embeddings.parameters())
+    if sparse:
+        sparse_opt = (
+            torch.optim.Adagrad if t.sparse_optimizer == "adagrad" else torch.optim.SparseAdam
+        )
+        optimizers.append(sparse_opt(sparse, lr=t.sparse_lr))
+    return model, optimizers, _link_loaders(cfg, graph, splits, HETERO_LINK_TYPE), link_objective
+
+
+def link_setup(cfg: Any, data: Data | HeteroData) -> tuple:
+    """(model, optimizers, loaders, objective) for link prediction in `train_single`.
+
+    Homogeneous graphs predict their own edges; heterogeneous ones `HETERO_LINK_TYPE`.
+    """
+    if isinstance(data, HeteroData):
+        return hetero_link_setup(cfg, data)
+    splits = split_edges(data.edge_index, cfg.seed)
+    graph = Data(x=data.x, edge_index=splits["train"], num_nodes=data.num_nodes)
+    loaders = _link_loaders(cfg, graph, splits, None)
     model = build_link_predictor(cfg, data.x.size(1))
+    t = cfg.train
     opt = torch.optim.Adam(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
     return model, [opt], loaders, link_objective

@@ -3,7 +3,7 @@
 Loads the dataset, builds local NeighborLoaders over the train / val / test masks, the model and
 Adam, runs `app.train.loop.fit` and logs to MLflow. The objective decides the batches and the
 metric: node classification (homogeneous or, for `HeteroData`, on the labelled node type) or
-link prediction (`train.objective=link`, homogeneous graphs, AUC).
+link prediction (`train.objective=link`, AUC; paper → field_of_study links on `HeteroData`).
 """
 
 from __future__ import annotations

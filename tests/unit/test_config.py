@@ -12,7 +12,8 @@ from tests.conftest import run_app
 
 
 @pytest.mark.parametrize(
-    "experiment", ["products_homo", "smoke", "mag_hetero", "products_link", "products_temporal"]
+    "experiment",
+    ["products_homo", "smoke", "mag_hetero", "products_link", "products_temporal", "mag_link"],
 )
 def test_every_experiment_composes(compose, experiment):
     cfg = compose(f"+experiment={experiment}")
