@@ -31,6 +31,7 @@ class Job:
     num_workers: int
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     logs: dict[str, Path] = field(default_factory=dict)
+    script: str = __file__  # what each process runs (a test module may serve its own checks)
 
     def __enter__(self) -> Job:
         env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
@@ -43,7 +44,7 @@ class Job:
         for name, role, node, worker in names:
             log = self.spec_path.parent / f"{name}.log"
             self.logs[name] = log
-            cmd = [sys.executable, __file__, str(self.spec_path), role, str(node), str(worker)]
+            cmd = [sys.executable, self.script, str(self.spec_path), role, str(node), str(worker)]
             with open(log, "w") as out:
                 self.procs[name] = subprocess.Popen(
                     cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT

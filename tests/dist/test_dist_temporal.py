@@ -13,9 +13,8 @@ SPEC ROLE NODE WORKER`): it adds its check to the harness of `tests/dist/_procs.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,25 +34,11 @@ FANOUT = [3, 2]
 MAX_TIME = 100
 
 
+@dataclass
 class TemporalJob(_procs.Job):
     """`_procs.Job` whose processes run this file (so they know `check_temporal`)."""
 
-    def __enter__(self) -> TemporalJob:
-        env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-        names = [(f"trainer{p}-0", "trainer", p, -1) for p in range(self.num_parts)]
-        names += [
-            (f"sampler{p}-0-{w}", "sampler", p, w)
-            for p in range(self.num_parts)
-            for w in range(self.num_workers)
-        ]
-        for name, role, node, worker in names:
-            self.logs[name] = log = self.spec_path.parent / f"{name}.log"
-            cmd = [sys.executable, __file__, str(self.spec_path), role, str(node), str(worker)]
-            with open(log, "w") as out:
-                self.procs[name] = subprocess.Popen(
-                    cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
-                )
-        return self
+    script: str = __file__
 
 
 def temporal_graph(n: int = 500) -> Data:
