@@ -292,6 +292,16 @@ def save_config(cfg: Config, path: str | os.PathLike) -> None:
     write_text_atomic(Path(path), OmegaConf.to_yaml(OmegaConf.structured(cfg)))
 
 
+def compose_config(overrides: list[str]) -> Config:
+    """`conf/config.yaml` with `overrides`, composed and validated as `python -m app` would."""
+    from hydra import compose, initialize_config_dir
+
+    register_configs()
+    conf = Path(__file__).resolve().parents[1] / "conf"
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        return to_config(compose(config_name="config", overrides=list(overrides)))
+
+
 def load_config(path: str | os.PathLike) -> Config:
     return to_config(OmegaConf.load(path))
 

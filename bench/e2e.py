@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from app.config import Config
+from app.config import Config, compose_config
 from bench.common import record
 
 BENCH = "e2e"
@@ -29,21 +29,13 @@ PYG_DIST_2NODE_SEEDS_S = 0.27 * 1024  # both ranks together
 PYG_SINGLE_SEEDS_S = 1024 / 3.5
 
 
-def bench_config(num_nodes: int, nodes: int, workers: int, steps: int, out: Path) -> Config:
-    """The benchmark job on `nodes` local cluster nodes (shared dataset / partition cache)."""
-    from hydra import compose, initialize_config_dir
-
-    from app.config import register_configs, to_config
-
-    register_configs()
-    overrides = [
+def job_overrides(out: Path, num_nodes: int, steps: int, nodes: int, workers: int) -> list[str]:
+    """What every end-to-end bench job shares: data under `out`, batch 1024, two capped epochs
+    (figures come from the second), evaluation once, no checkpoints, no MLflow."""
+    return [
         f"output_dir={out}",
         f"dataset.root={out}/data",
         f"dataset.num_nodes={num_nodes}",
-        "sampler.num_neighbors=[15,10,5]",
-        "sampler.concurrency=2",
-        "model.num_layers=3",
-        "model.hidden_channels=256",
         "loader.batch_size=1024",
         "loader.eval_batch_size=1024",
         f"loader.num_workers={workers}",
@@ -54,9 +46,13 @@ def bench_config(num_nodes: int, nodes: int, workers: int, steps: int, out: Path
         "mlflow.enabled=false",
         f"cluster.num_nodes={nodes}",
     ]
-    conf = Path(__file__).resolve().parents[1] / "conf"
-    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-        return to_config(compose(config_name="config", overrides=overrides))
+
+
+def bench_config(num_nodes: int, nodes: int, workers: int, steps: int, out: Path) -> Config:
+    """The benchmark job on `nodes` local cluster nodes (shared dataset / partition cache)."""
+    model = ["sampler.num_neighbors=[15,10,5]", "sampler.concurrency=2", "model.num_layers=3",
+             "model.hidden_channels=256"]  # fmt: skip
+    return compose_config(job_overrides(out, num_nodes, steps, nodes, workers) + model)
 
 
 def run(num_nodes: int, nodes: int, workers: int, steps: int, out: Path) -> dict[str, float]:

@@ -23,8 +23,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from app.config import Config
+from app.config import Config, compose_config
 from bench.common import record
+from bench.e2e import job_overrides
 
 BENCH = "e2e_hetero_link"
 NODES = 2
@@ -32,29 +33,8 @@ NODES = 2
 
 def bench_config(experiment: str, num_nodes: int, steps: int, out: Path) -> Config:
     """`+experiment=<experiment>` at `num_nodes`, capped epochs, no MLflow, shared data dir."""
-    from hydra import compose, initialize_config_dir
-
-    from app.config import register_configs, to_config
-
-    register_configs()
-    overrides = [
-        f"+experiment={experiment}",
-        f"output_dir={out}",
-        f"dataset.root={out}/data",
-        f"dataset.num_nodes={num_nodes}",
-        "loader.batch_size=1024",
-        "loader.eval_batch_size=1024",
-        "loader.num_workers=1",
-        "train.epochs=2",
-        "train.eval_every=100",
-        f"train.max_steps_per_epoch={steps}",
-        "train.checkpoint=false",
-        "mlflow.enabled=false",
-        f"cluster.num_nodes={NODES}",
-    ]
-    conf = Path(__file__).resolve().parents[1] / "conf"
-    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-        return to_config(compose(config_name="config", overrides=overrides))
+    shared = job_overrides(out, num_nodes, steps, nodes=NODES, workers=1)
+    return compose_config([f"+experiment={experiment}", *shared])
 
 
 def run(experiment: str, num_nodes: int, steps: int, out: Path) -> dict[str, float]:

@@ -17,19 +17,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 @pytest.fixture
 def compose():
-    """compose(overrides) -> validated Config, through the same files as `python -m app`."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
+    """compose(*overrides) -> validated Config, through the same files as `python -m app`."""
+    from app.config import compose_config
 
-    from app.config import register_configs, to_config
-
-    register_configs()
-
-    def _compose(*overrides: str):
-        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-            return to_config(hydra_compose(config_name="config", overrides=list(overrides)))
-
-    return _compose
+    return lambda *overrides: compose_config(list(overrides))
 
 
 def run_app(*args: str, timeout: float = 60, env: dict | None = None, cwd: Path = REPO):
