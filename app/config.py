@@ -24,6 +24,7 @@ TEMPORAL_STRATEGIES = ("uniform", "last")
 CLUSTER_MODES = ("local", "env", "ssh")
 TASKS = ("train", "partition")
 TRAIN_OBJECTIVES = ("node", "link")
+TRAIN_DEVICES = ("cpu", "cuda", "auto")
 
 
 class ConfigError(ValueError):
@@ -111,6 +112,8 @@ class TrainConfig:
     max_steps_per_epoch: int = 0  # 0: all batches (>0 caps an epoch, for smoke runs/benches)
     checkpoint: bool = True
     resume: bool = False
+    device: str = "cpu"  # cpu | cuda | auto (cuda when available); samplers stay on the CPU
+    eval_negatives: int = 20  # link eval: random destinations ranked against each positive
 
 
 @dataclass
@@ -221,6 +224,31 @@ def _check_fanouts(cfg: Config) -> None:
         )
 
 
+def _check_device(cfg: Config) -> None:
+    """`train.device=cuda` needs CUDA here, and one GPU per trainer of this machine.
+
+    Checked where the launcher runs (local and env modes); ssh hosts are not inspected.
+    """
+    if cfg.train.device == "cpu" or cfg.cluster.mode == "ssh" or cfg.task != "train":
+        return
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if cfg.train.device == "cuda":
+        _require(gpus > 0, "train.device", "cuda", "CUDA is not available here; use cpu or auto")
+    if gpus:
+        per_machine = cfg.cluster.procs_per_node * (
+            cfg.cluster.num_nodes if cfg.cluster.mode == "local" else 1
+        )
+        _require(
+            per_machine <= gpus,
+            "cluster.procs_per_node",
+            cfg.cluster.procs_per_node,
+            f"{per_machine} trainers on this machine but {gpus} visible GPUs (one GPU per "
+            "trainer); lower cluster.procs_per_node / num_nodes or use train.device=cpu",
+        )
+
+
 def validate(cfg: Config) -> Config:
     """Cross-field checks run before any data is touched or any process starts."""
     _choice("task", cfg.task, TASKS)
@@ -234,12 +262,15 @@ def validate(cfg: Config) -> Config:
     _choice("loader.neg_sampling", cfg.loader.neg_sampling, ("binary", "triplet"))
     _choice("model.decoder", cfg.model.decoder, ("dot", "mlp"))
     _choice("train.sparse_optimizer", cfg.train.sparse_optimizer, ("adam", "adagrad"))
+    _choice("train.device", cfg.train.device, TRAIN_DEVICES)
     _check_fanouts(cfg)
+    _check_device(cfg)
     positives = {
         "loader.batch_size": cfg.loader.batch_size,
         "loader.eval_batch_size": cfg.loader.eval_batch_size,
         "train.epochs": cfg.train.epochs,
         "train.lr": cfg.train.lr,
+        "train.eval_negatives": cfg.train.eval_negatives,
         "model.hidden_channels": cfg.model.hidden_channels,
         "model.num_layers": cfg.model.num_layers,
         "cluster.num_nodes": cfg.cluster.num_nodes,

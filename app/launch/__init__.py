@@ -46,13 +46,13 @@ def prepare_partition(cfg: Config) -> Path:
     """Reuse or create the job's partition, once, before any child starts.
 
     Link prediction partitions the graph of its training edges only (held-out edges carry no
-    messages), in a folder of its own: `app.train.dist_link.ensure_link_partition`.
+    messages), in a folder of its own: `app.partition.link.ensure_link_partition`.
     """
     from app.partition.task import ensure_partition
 
     with _partition_lock(cfg):
         if cfg.train.objective == "link":
-            from app.train.dist_link import ensure_link_partition
+            from app.partition.link import ensure_link_partition
 
             return ensure_link_partition(cfg)
         return ensure_partition(cfg)
@@ -62,11 +62,16 @@ HETERO_DATASETS = ("synthetic_mag", "ogbn_mag")
 
 
 def check_supported(cfg: Config) -> None:
-    """Fail before partitioning for jobs we do not distribute: link prediction on hetero graphs."""
+    """Fail before partitioning for jobs we do not distribute: link prediction on hetero graphs.
+
+    The task code runs them (`app.task.link`); the distributed link loader samples homogeneous
+    graphs only (`DistLinkNeighborLoader`, `DistNeighborSampler.sample_edges`).
+    """
     if cfg.train.objective == "link" and cfg.dataset.name in HETERO_DATASETS:
         raise ConfigError(
-            f"dataset.name={cfg.dataset.name!r} is heterogeneous: distributed link prediction "
-            "runs on homogeneous graphs; use dataset=synthetic_products or ogbn_products"
+            f"dataset.name={cfg.dataset.name!r} is heterogeneous: the distributed link loader "
+            "samples homogeneous graphs only; run it with cluster.num_nodes=1, or use "
+            "dataset=synthetic_products / ogbn_products"
         )
 
 

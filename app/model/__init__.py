@@ -1,3 +1,3 @@
-"""Models (no parallelism inside): `gnn` homogeneous SAGE/GCN/GAT/MLP with trim-to-layer and
-CSR aggregation, `hetero` heterogeneous GraphSAGE with input embeddings, `link` encoders +
-decoders for link prediction."""
+"""Models, pure `nn.Module`s (no loaders, optimizers or parallelism): `gnn` homogeneous
+SAGE/GCN/GAT/MLP with trim-to-layer and CSR aggregation, `hetero` heterogeneous GraphSAGE with
+input embedding rows, `link` encoders + decoders for link prediction."""

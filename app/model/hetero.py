@@ -13,8 +13,7 @@ trimmed).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -22,7 +21,6 @@ from torch import Tensor, nn
 from torch_geometric.data import HeteroData
 
 from app.model.gnn import CSR, aggregate, fast_dropout, group_by
-from app.train.loop import StepResult
 
 EdgeType = tuple[str, str, str]
 Metadata = tuple[list[str], list[EdgeType]]
@@ -163,38 +161,68 @@ def _check_edge_counts(
             )
 
 
-class NodeEmbeddings(nn.Module):
-    """Learnable input rows for featureless node types (sparse gradients: SparseAdam)."""
+class NodeEmbeddings:
+    """Learnable input rows for featureless node types: one `nn.Embedding(sparse=True)` each.
+
+    Not an `nn.Module` on purpose: the tables live beside the model (like `DistEmbedding`
+    rows), so DDP never all-reduces them, the dense optimizer never sees them, and a checkpoint
+    stores them in the same place at every node count. Step them with a sparse optimizer.
+    """
 
     def __init__(self, num_nodes: dict[str, int], dim: int) -> None:
-        super().__init__()
-        self.tables = nn.ModuleDict(
-            {t: nn.Embedding(n, dim, sparse=True) for t, n in num_nodes.items()}
-        )
+        self.tables = {t: nn.Embedding(n, dim, sparse=True) for t, n in num_nodes.items()}
         for table in self.tables.values():
             nn.init.normal_(table.weight, std=0.1)
+
+    def parameters(self) -> list[nn.Parameter]:
+        return [table.weight for table in self.tables.values()]
+
+    def to(self, device: torch.device | str) -> NodeEmbeddings:
+        for table in self.tables.values():
+            table.to(device)
+        return self
 
     def fill(self, x_dict: dict[str, Tensor], n_id_dict: dict[str, Tensor]) -> dict[str, Tensor]:
         """`x_dict` plus a looked-up row block for every type with a table."""
         out = dict(x_dict)
         for t, table in self.tables.items():
             if t in n_id_dict:
-                out[t] = table(n_id_dict[t])
+                out[t] = table(n_id_dict[t].to(table.weight.device))
         return out
 
 
-class HeteroNodeClassifier(nn.Module):
-    """Embeddings + HeteroSAGE in one module (one DDP-wrappable unit); forward(batch) → logits."""
+class InputRows(Protocol):
+    """Anything that adds the featureless types' input rows (`NodeEmbeddings`, distributed
+    tables) to a batch's `x_dict`, given every type's global node ids."""
 
-    def __init__(self, gnn: HeteroSAGE, embeddings: NodeEmbeddings, target: str) -> None:
+    def fill(
+        self, x_dict: dict[str, Tensor], n_id_dict: dict[str, Tensor]
+    ) -> dict[str, Tensor]: ...
+
+
+def hetero_inputs(
+    batch: HeteroData, embeddings: InputRows
+) -> tuple[dict[str, Tensor], dict | None, dict | None]:
+    """(x_dict with embedding rows filled in, per-type hop counts) of a hetero batch."""
+    x_dict = {t: batch[t].x for t in batch.node_types if "x" in batch[t]}
+    x_dict = embeddings.fill(x_dict, {t: batch[t].n_id for t in batch.node_types})
+    nodes, edges = hetero_counts(batch)
+    return x_dict, nodes, edges
+
+
+class HeteroNodeClassifier(nn.Module):
+    """HeteroSAGE over a batch's features and embedding rows; forward(batch) → seed logits.
+
+    `embeddings` is a plain attribute (not a submodule): see `NodeEmbeddings`.
+    """
+
+    def __init__(self, gnn: HeteroSAGE, embeddings: InputRows, target: str) -> None:
         super().__init__()
-        self.gnn, self.embeddings, self.target = gnn, embeddings, target
+        self.gnn, self.target = gnn, target
+        self.__dict__["embeddings"] = embeddings  # bypass nn.Module registration
 
     def forward(self, batch: HeteroData) -> Tensor:
-        x_dict = {t: batch[t].x for t in batch.node_types if "x" in batch[t]}
-        n_id = {t: batch[t].n_id for t in batch.node_types}
-        x_dict = self.embeddings.fill(x_dict, n_id)
-        nodes, edges = hetero_counts(batch)
+        x_dict, nodes, edges = hetero_inputs(batch, self.embeddings)
         out = self.gnn(x_dict, batch.edge_index_dict, nodes, edges)
         return out[self.target][: int(batch[self.target].batch_size)]
 
@@ -210,60 +238,20 @@ def hetero_counts(batch: HeteroData) -> tuple[dict | None, dict | None]:
     return nodes, edges
 
 
-def hetero_node_objective(target: str) -> Callable[[nn.Module, HeteroData], StepResult]:
-    """Cross-entropy on the seed rows of the `target` type."""
-
-    def objective(model: nn.Module, batch: HeteroData) -> StepResult:
-        out = model(batch)
-        y = batch[target].y[: out.size(0)].view(-1)
-        loss = F.cross_entropy(out, y)
-        edges = sum(int(batch[et].edge_index.size(1)) for et in batch.edge_types)
-        return StepResult(loss, float((out.argmax(-1) == y).sum()), out.size(0), edges)
-
-    return objective
+def check_hetero_model(name: str) -> None:
+    if name != "sage":
+        raise ValueError(f"model.name={name!r}: heterogeneous graphs support model=sage only")
 
 
-def target_type(data: HeteroData) -> str:
-    """The labelled node type (the one holding `y` and `train_mask`)."""
-    labelled = [t for t in data.node_types if "y" in data[t] and "train_mask" in data[t]]
-    if len(labelled) != 1:
-        raise ValueError(f"expected exactly one labelled node type, found {labelled}")
-    return labelled[0]
-
-
-def build_hetero_classifier(cfg: Any, data: HeteroData) -> HeteroNodeClassifier:
-    """HeteroSAGE over `data`'s schema; featureless types get `model.embedding_dim` tables."""
-    m = cfg.model
-    if m.name != "sage":
-        raise ValueError(f"model.name={m.name!r}: heterogeneous graphs support model=sage only")
-    target = target_type(data)
-    dim = m.embedding_dim or m.hidden_channels
-    featureless = {t: data[t].num_nodes for t in data.node_types if "x" not in data[t]}
-    in_channels = {t: (data[t].x.size(1) if "x" in data[t] else dim) for t in data.node_types}
-    gnn = HeteroSAGE(
-        data.metadata(),
-        in_channels,
-        m.hidden_channels,
-        int(data.num_classes),
-        m.num_layers,
-        m.dropout,
-    )
-    return HeteroNodeClassifier(gnn, NodeEmbeddings(featureless, dim), target)
-
-
-def hetero_setup(cfg: Any, data: HeteroData, make_loaders: Callable) -> tuple:
-    """(model, [Adam, Sparse optimizer], loaders, objective) for `train_single`."""
-    model = build_hetero_classifier(cfg, data)
-    t = cfg.train
-    dense = [p for n, p in model.named_parameters() if not n.startswith("embeddings.")]
-    optimizers: list[torch.optim.Optimizer] = [
-        torch.optim.Adam(dense, lr=t.lr, weight_decay=t.weight_decay)
-    ]
-    sparse = list(model.embeddings.parameters())
-    if sparse:
-        if t.sparse_optimizer == "adagrad":
-            optimizers.append(torch.optim.Adagrad(sparse, lr=t.sparse_lr))
-        else:
-            optimizers.append(torch.optim.SparseAdam(sparse, lr=t.sparse_lr))
-    loaders = make_loaders(cfg, data, model.target)
-    return model, optimizers, loaders, hetero_node_objective(model.target)
+def build_hetero_classifier(
+    m: Any,
+    metadata: Metadata,
+    in_channels: dict[str, int],
+    num_classes: int,
+    target: str,
+    embeddings: InputRows,
+) -> HeteroNodeClassifier:
+    """`HeteroNodeClassifier` from `ModelConfig` `m` over a graph schema."""
+    check_hetero_model(m.name)
+    gnn = HeteroSAGE(metadata, in_channels, m.hidden_channels, num_classes, m.num_layers, m.dropout)
+    return HeteroNodeClassifier(gnn, embeddings, target)

@@ -1,3 +1,3 @@
-"""Training: `loop` (generic, DDP-aware epochs / evaluation / fit), `single` (one-process job),
-`checkpoint` (atomic last.pt), `metrics` (summed counts, AUC, MRR). `distributed` is the
-trainer process of a multi-process job."""
+"""Training runners over the task layer (`app.task`): `loop` (epochs, evaluation, checkpoints,
+resume, DDP-aware), `single` (one-process job), `distributed` (one trainer process of a
+multi-process job), `checkpoint` (atomic last.pt, one format at every node count)."""

@@ -1,8 +1,11 @@
 """Training checkpoints: `<job_dir>/checkpoints/last.pt`, written atomically, read weights-only.
 
-Contents (plain dicts, lists, numbers and tensors only, so `torch.load(weights_only=True)`
-accepts them): `model` (the unwrapped module's state dict), `optimizer`, `epoch` (the last
-finished epoch), `metrics` (that epoch's metrics) and `rng` (torch, numpy and python states).
+One format at every node count. Contents (plain dicts, lists, numbers and tensors only, so
+`torch.load(weights_only=True)` accepts them): `model` (the unwrapped module's state dict),
+`optimizer` (`{"dense": Adam state, "sparse": embedding optimizer state or None}`),
+`embeddings` (`{node type: [num_nodes, dim]}` whole tables, gathered from their owners when
+distributed), `epoch` (the last finished epoch), `metrics` (that epoch's metrics) and `rng`
+(torch, numpy and python states).
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from app.fsutil import torch_save_atomic
 
@@ -23,11 +25,6 @@ CHECKPOINT_NAME = "last.pt"
 
 def checkpoint_path(job_dir: str | os.PathLike) -> Path:
     return Path(job_dir) / "checkpoints" / CHECKPOINT_NAME
-
-
-def unwrap(model: nn.Module) -> nn.Module:
-    """The bare model inside a DDP (or any `.module`-holding) wrapper."""
-    return getattr(model, "module", model)
 
 
 def rng_state() -> dict[str, Any]:
@@ -61,34 +58,32 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def save_checkpoint(
     path: str | os.PathLike,
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
+    state: dict[str, Any],
     epoch: int,
     metrics: dict[str, float] | None = None,
 ) -> Path:
-    """Write the checkpoint atomically (a crash mid-write keeps the previous one)."""
+    """Write a task's `state` (+ epoch, metrics, RNG) atomically: a crash keeps the previous."""
     path = Path(path)
-    state = {
-        "model": unwrap(model).state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "epoch": int(epoch),
-        "metrics": dict(metrics or {}),
-        "rng": rng_state(),
-    }
-    torch_save_atomic(state, path)
+    full = {**state, "epoch": int(epoch), "metrics": dict(metrics or {}), "rng": rng_state()}
+    torch_save_atomic(full, path)
     return path
 
 
-def load_checkpoint(
-    path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer | None = None
-) -> dict[str, Any]:
-    """Restore model (and optimizer, RNG) from `path`; returns the whole checkpoint dict."""
+def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+    """The checkpoint dict at `path`, tensors on the CPU (whatever device wrote it)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}: train once with train.checkpoint=true")
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    unwrap(model).load_state_dict(state["model"])
-    if optimizer is not None:
-        optimizer.load_state_dict(state["optimizer"])
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def load_checkpoint(path: str | os.PathLike, task: Any) -> dict[str, Any]:
+    """Restore a task (model, optimizers, embedding rows) and the RNGs; returns the dict.
+
+    `task.load_state_dict` moves tensors to the task's device, so a checkpoint written on
+    cuda loads on cpu and vice versa.
+    """
+    state = read_checkpoint(path)
+    task.load_state_dict(state)
     set_rng_state(state["rng"])
     return state

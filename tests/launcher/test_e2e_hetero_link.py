@@ -92,8 +92,8 @@ def test_products_link_two_nodes(shared, tmp_path):
 
 def _check_held_out_edges_not_partitioned(shared: Path) -> None:
     """No val / test edge of link_split.pt is in any part's message-passing graph."""
+    from app.partition.link import LINK_SPLIT_FILE
     from app.partition.reader import load_partition, read_meta
-    from app.train.dist_link import LINK_SPLIT_FILE
 
     (root,) = (shared / "partitions").glob("synthetic_products-*-link")
     meta = read_meta(root)
@@ -117,5 +117,5 @@ def test_link_on_hetero_dataset_fails_early(shared, tmp_path):
         timeout=60,
     )
     assert proc.returncode != 0
-    assert "distributed link prediction runs on homogeneous graphs" in proc.stderr + proc.stdout
+    assert "distributed link loader samples homogeneous graphs only" in proc.stderr + proc.stdout
     assert not (tmp_path / "run" / "logs").exists()  # rejected before any child started

@@ -5,7 +5,10 @@ from __future__ import annotations
 import torch
 
 from app.dataset.mag import generate_mag, to_hetero_data
-from app.model.link import HETERO_LINK_TYPE, HeteroLinkPredictor, link_setup
+from app.model.link import HeteroLinkPredictor
+from app.partition.link import HETERO_LINK_TYPE
+from app.task.link import LinkTask
+from app.task.local import LocalSource
 from tests.conftest import run_app
 
 REV = ("field_of_study", "rev_has_topic", "paper")
@@ -19,10 +22,11 @@ def test_held_out_links_and_reverses_never_pass_messages(compose):
     cfg = compose("+experiment=mag_link", "dataset.num_nodes=400")
     data = to_hetero_data(generate_mag(cfg.dataset, cfg.seed))
     before = data[HETERO_LINK_TYPE].edge_index.clone()
-    model, optimizers, loaders, _ = link_setup(cfg, data)
+    task = LinkTask(cfg, LocalSource(cfg, data))
+    model, loaders = task.bare, {s: ld.loader for s, ld in task.loaders.items()}
     graph = loaders["train"].data
     assert isinstance(model, HeteroLinkPredictor) and model.edge_type == HETERO_LINK_TYPE
-    assert len(optimizers) == 2  # Adam + SparseAdam for the embedding tables
+    assert task.tables is not None and task.tables.optimizer is not None  # SparseAdam on rows
     val, test = (_pairs(loaders[s].edge_label_index) for s in ("val", "test"))
     held = val | test
     assert val and test and not val & test and held <= _pairs(before)
@@ -36,9 +40,11 @@ def test_held_out_links_and_reverses_never_pass_messages(compose):
     assert (
         graph[("paper", "cites", "paper")].edge_index is data["paper", "cites", "paper"].edge_index
     )
-    batch = next(iter(loaders["val"]))  # held-out links come with binary negatives (AUC)
-    label = batch[HETERO_LINK_TYPE].edge_label
-    assert set(label.tolist()) == {0.0, 1.0}
+    batch = next(iter(loaders["val"]))  # held-out links: triplets with eval_negatives each
+    negatives = batch["field_of_study"].dst_neg_index
+    assert negatives.numel() == cfg.train.eval_negatives * batch["paper"].src_index.numel()
+    res = task.step(task.bare, batch)  # AUC over the first negative, MRR over all of them
+    assert res.scores.numel() == 2 * res.count and res.reciprocal_ranks.numel() == res.count
 
 
 def test_mag_link_experiment_learns_and_logs_auc(tmp_path):
@@ -55,3 +61,4 @@ def test_mag_link_experiment_learns_and_logs_auc(tmp_path):
     assert run.info.status == "FINISHED"
     assert run.data.params["train.objective"] == "link"
     assert run.data.metrics["test_auc"] > 0.65 and run.data.metrics["val_auc"] > 0.65
+    assert 0 < run.data.metrics["val_mrr"] <= 1 and 0 < run.data.metrics["test_mrr"] <= 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from app.model.link import split_edges
+from app.partition.link import split_edges
 
 
 def _symmetric_graph(n=300, m=2000, seed=0):

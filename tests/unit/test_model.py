@@ -15,7 +15,7 @@ from torch_geometric.nn import GraphSAGE
 
 from app.config import Config, ModelConfig
 from app.model.gnn import SampledGNN, build_model, fast_dropout
-from app.model.hetero import build_hetero_classifier
+from app.model.hetero import NodeEmbeddings, build_hetero_classifier
 from app.model.link import Decoder, build_link_predictor
 
 
@@ -216,7 +216,11 @@ def test_hetero_sage_trim_equivalence_and_shapes():
     data = toy_hetero()
     cfg = Config(model=ModelConfig(name="sage", hidden_channels=16, num_layers=2, dropout=0.0))
     torch.manual_seed(0)
-    model = build_hetero_classifier(cfg, data).eval()
+    in_channels = {"paper": data["paper"].x.size(1), "author": 16}
+    embeddings = NodeEmbeddings({"author": data["author"].num_nodes}, 16)
+    model = build_hetero_classifier(
+        cfg.model, data.metadata(), in_channels, data.num_classes, "paper", embeddings
+    ).eval()
     assert model.target == "paper"
     assert set(model.embeddings.tables) == {"author"}
     ids = data["paper"].train_mask.nonzero().view(-1)
@@ -250,8 +254,9 @@ def test_unknown_decoder_is_rejected():
 @pytest.mark.parametrize("mode", ["binary", "triplet"])
 def test_hetero_link_predictor_trains_on_one_edge_type(mode):
     from app.loader import LinkNeighborLoader
-    from app.model.hetero import HeteroSAGE, NodeEmbeddings
-    from app.model.link import HeteroLinkPredictor, link_objective
+    from app.model.hetero import HeteroSAGE
+    from app.model.link import HeteroLinkPredictor
+    from app.task.link import link_step
 
     data = toy_hetero()
     et = ("author", "writes", "paper")
@@ -261,7 +266,7 @@ def test_hetero_link_predictor_trains_on_one_edge_type(mode):
     loader = LinkNeighborLoader(
         data, [3, 2], edge_label_index=et, neg_sampling=mode, batch_size=32, seed=1
     )
-    res = link_objective(model, next(iter(loader)))
+    res = link_step(model, next(iter(loader)))
     res.loss.backward()
     assert torch.isfinite(res.loss)
     if mode == "binary":  # 32 positives + 32 negatives, each scored and labelled

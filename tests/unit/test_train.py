@@ -1,4 +1,5 @@
-"""Training loop: learns a toy graph, checkpoints and resumes, survives uneven DDP inputs."""
+"""Training loop over the task layer: learns a toy graph, checkpoints and resumes (embedding
+rows and sparse optimizer state included), survives uneven DDP inputs."""
 
 from __future__ import annotations
 
@@ -16,21 +17,30 @@ from torch.nn.parallel import DistributedDataParallel
 
 from app.config import Config, DatasetConfig, ModelConfig, validate
 from app.model.gnn import build_model
-from app.model.hetero import hetero_setup
+from app.task.local import LocalSource
+from app.task.metrics import binary_auc, mrr
+from app.task.node import NodeTask, node_step
 from app.tracking.mlflow import NullTracker
-from app.train.checkpoint import checkpoint_path, load_checkpoint, save_checkpoint
+from app.train.checkpoint import checkpoint_path, load_checkpoint, read_checkpoint
 from app.train.loop import FitOptions, fit, train_epoch
-from app.train.metrics import binary_auc, mrr
-from app.train.single import JointOptimizer, train_single
+from app.train.single import train_single
 from tests.unit.test_model import ToyLoader, toy_graph, toy_hetero
 
 FANOUTS = [5, 5]
 
 
-def loaders(data, batch_size=32):
-    split = [data.train_mask, data.val_mask, data.test_mask]
-    ids = [m.nonzero().view(-1) for m in split]
-    return [ToyLoader(data, FANOUTS, i, batch_size, shuffle=(k == 0)) for k, i in enumerate(ids)]
+def toy_config(seed: int = 0, batch_size: int = 32) -> Config:
+    cfg = Config(seed=seed)
+    cfg.model = ModelConfig(name="sage", hidden_channels=32, num_layers=2, dropout=0.2)
+    cfg.sampler.num_neighbors = list(FANOUTS)
+    cfg.loader.batch_size = batch_size
+    cfg.train.lr = 0.01
+    return cfg
+
+
+def toy_task(data, seed: int = 0, batch_size: int = 32) -> NodeTask:
+    cfg = toy_config(seed, batch_size)
+    return NodeTask(cfg, LocalSource(cfg, data))
 
 
 def small_model(data, seed=0):
@@ -40,54 +50,41 @@ def small_model(data, seed=0):
 
 
 def test_fit_learns_toy_graph():
-    data = toy_graph(num_nodes=400, seed=0)
-    train, val, test = loaders(data)
-    model = small_model(data)
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    m = fit(model, opt, train, FitOptions(epochs=12), val_loader=val, test_loader=test)
+    task = toy_task(toy_graph(num_nodes=400, seed=0))
+    m = fit(task, FitOptions(epochs=12))
     assert m["val_acc"] > 0.85 and m["test_acc"] > 0.85, m
     assert m["train_acc"] > 0.8 and m["loss"] < 0.6, m
     assert m["seeds_per_s"] > 0 and m["sampled_edges_per_s"] > 0
     assert 0.0 <= m["data_wait_frac"] < 1.0
-    assert m["steps"] == len(train)
+    assert m["steps"] == len(task.loaders["train"])
 
 
 def test_max_steps_caps_an_epoch():
-    data = toy_graph(num_nodes=200, seed=2)
-    train, _, _ = loaders(data, batch_size=16)
-    model = small_model(data)
-    stats = train_epoch(model, train, torch.optim.Adam(model.parameters()), max_steps=2)
+    task = toy_task(toy_graph(num_nodes=200, seed=2), batch_size=16)
+    stats = train_epoch(task.model, task.loaders["train"], task.optimizer, task.step, max_steps=2)
     assert stats.steps == 2 and stats.seeds == 32
 
 
 def test_checkpoint_resume_continues_after_saved_epoch(tmp_path):
     data = toy_graph(num_nodes=200, seed=3)
-    train, val, _ = loaders(data)
-    model = small_model(data)
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    fit(model, opt, train, FitOptions(epochs=2, job_dir=str(tmp_path)), val_loader=val)
-    saved = torch.load(checkpoint_path(tmp_path), weights_only=True)
+    task = toy_task(data)
+    fit(task, FitOptions(epochs=2, job_dir=str(tmp_path)))
+    saved = read_checkpoint(checkpoint_path(tmp_path))
     assert saved["epoch"] == 1 and "val_acc" in saved["metrics"]
+    assert set(saved) >= {"model", "optimizer", "embeddings", "epoch", "metrics", "rng"}
     assert not list(checkpoint_path(tmp_path).parent.glob("*.tmp"))
 
-    fresh = small_model(data, seed=99)
-    opt2 = torch.optim.Adam(fresh.parameters(), lr=0.01)
-    load_checkpoint(checkpoint_path(tmp_path), fresh, opt2)
-    for a, b in zip(fresh.state_dict().values(), model.state_dict().values(), strict=True):
+    fresh = toy_task(data, seed=99)
+    load_checkpoint(checkpoint_path(tmp_path), fresh)
+    for a, b in zip(fresh.bare.state_dict().values(), task.bare.state_dict().values(), strict=True):
         assert torch.equal(a, b)
 
     seen: list[int] = []
-    resumed = small_model(data, seed=99)
+    resumed = toy_task(data, seed=99)
     opts = FitOptions(epochs=4, job_dir=str(tmp_path), resume=True)
-    fit(
-        resumed,
-        torch.optim.Adam(resumed.parameters(), lr=0.01),
-        train,
-        opts,
-        on_epoch=lambda e, _: seen.append(e),
-    )
+    fit(resumed, opts, on_epoch=lambda e, _: seen.append(e))
     assert seen == [2, 3]
-    assert torch.load(checkpoint_path(tmp_path), weights_only=True)["epoch"] == 3
+    assert read_checkpoint(checkpoint_path(tmp_path))["epoch"] == 3
 
 
 def test_link_metrics():
@@ -111,7 +108,7 @@ def _train_uneven(rank: int, out_dir: str) -> None:
     loader = ToyLoader(data, FANOUTS, seeds, batch_size=16, seed=rank)
     model = DistributedDataParallel(small_model(data))
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    stats = [train_epoch(model, loader, opt) for _ in range(2)][-1]
+    stats = [train_epoch(model, loader, opt, node_step) for _ in range(2)][-1]
     flat = torch.cat([p.detach().view(-1) for p in model.parameters()])
     torch.save({"steps": stats.steps, "seeds": stats.seeds, "params": flat}, f"{out_dir}/{rank}.pt")
 
@@ -211,30 +208,38 @@ def test_train_single_link_objective(tmp_path):
     assert 0.0 <= m["val_auc"] <= 1.0 and m["val_auc"] > 0.55, m
 
 
-def test_hetero_training_updates_embeddings(tmp_path):
-    from app.loader import NeighborLoader
-
-    data = toy_hetero()
+def hetero_config() -> Config:
     cfg = Config(model=ModelConfig(hidden_channels=16, num_layers=2, dropout=0.0))
+    cfg.sampler.num_neighbors = [3, 2]
+    cfg.loader.batch_size = 20
+    return cfg
 
-    def make_loaders(cfg, data, target):
-        ids = data[target].train_mask.nonzero().view(-1)
-        return {"train": NeighborLoader(data, [3, 2], input_nodes=(target, ids), batch_size=20)}
 
-    torch.manual_seed(0)
-    model, optimizers, loaders, objective = hetero_setup(cfg, data, make_loaders)
-    before = model.embeddings.tables["author"].weight.detach().clone()
-    opt = JointOptimizer(optimizers)
-    first = train_epoch(model, loaders["train"], opt, objective=objective)
+def test_hetero_training_updates_embeddings(tmp_path):
+    data = toy_hetero()
+    cfg = hetero_config()
+    task = NodeTask(cfg, LocalSource(cfg, data))
+    table = task.tables.rows.tables["author"]
+    before = table.weight.detach().clone()
+    first = train_epoch(task.model, task.loaders["train"], task.optimizer, task.step)
     for _ in range(5):
-        last = train_epoch(model, loaders["train"], opt, objective=objective)
+        last = train_epoch(task.model, task.loaders["train"], task.optimizer, task.step)
     assert last.loss < first.loss
-    assert not torch.equal(before, model.embeddings.tables["author"].weight)
-    # dense Adam + SparseAdam state survive a weights-only checkpoint round trip
-    save_checkpoint(tmp_path / "last.pt", model, opt, epoch=5)
-    twin, twin_opts, _, _ = hetero_setup(cfg, data, make_loaders)
-    load_checkpoint(tmp_path / "last.pt", twin, JointOptimizer(twin_opts))
-    assert torch.equal(
-        twin.embeddings.tables["author"].weight, model.embeddings.tables["author"].weight
-    )
-    assert twin_opts[1].state_dict()["state"].keys() == optimizers[1].state_dict()["state"].keys()
+    assert not torch.equal(before, table.weight)
+    assert not any("embeddings" in k for k in task.bare.state_dict())  # rows live beside it
+    # model + dense Adam + SparseAdam state + rows survive a weights-only checkpoint round trip
+    fit(task, FitOptions(epochs=1, job_dir=str(tmp_path)))
+    saved = read_checkpoint(checkpoint_path(tmp_path))
+    assert torch.equal(saved["embeddings"]["author"], table.weight.detach())
+    sparse = saved["optimizer"]["sparse"]
+    assert set(sparse["state"]["author"]) == {"exp_avg", "exp_avg_sq"}
+    assert sparse["step"]["author"] == 7 * len(task.loaders["train"])
+    cfg.seed = 5
+    twin = NodeTask(cfg, LocalSource(cfg, data))
+    load_checkpoint(checkpoint_path(tmp_path), twin)
+    twin_table = twin.tables.rows.tables["author"]
+    assert torch.equal(twin_table.weight, table.weight)
+    twin_state = twin.optimizer.state_dict()["sparse"]
+    for key, value in sparse["state"]["author"].items():
+        assert torch.equal(twin_state["state"]["author"][key], value)
+    assert twin_state["step"] == sparse["step"]

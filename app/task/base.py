@@ -1,0 +1,100 @@
+"""`Task`: one objective over a `GraphSource`: model, tables, optimizers, loaders, evaluation.
+
+A subclass (`NodeTask`, `LinkTask`) writes only what the objective means: `build_model`
+(from the source's schema and, for featureless types, the source's tables), `loader(split)`
+and `step(model, batch) -> StepResult`. Everything else is shared:
+
+* the model is built with the same seed on every rank, moved to `source.device` and wrapped
+  by `source.wrap` (itself, or DDP);
+* `optimizer`: `Optimizers` (Adam on the model + the tables' sparse optimizer);
+* `evaluate(split)`: THE evaluation seam. The default runs `sampled_eval` on the bare model
+  over the split's loader; `evaluator` can be replaced by any
+  `(task, split) -> {"acc": ..., ...}` callable (layer-wise inference, say), which gets
+  `task.bare` (unwrapped model), `task.source` (graph, schema, seeds) and the split name;
+* `state_dict()` / `load_state_dict()`: the checkpoint content, one format at every node count
+  (`model`, `optimizer` {dense, sparse}, `embeddings` rows). Collective for distributed
+  tables: call on every rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch import nn
+
+from app.config import Config
+from app.task.device import DeviceLoader
+from app.task.evaluate import sampled_eval
+from app.task.optim import Optimizers
+from app.task.source import SPLITS, GraphSource
+from app.task.step import StepResult
+from app.task.tables import Tables
+
+Evaluator = Callable[["Task", str], dict[str, float]]
+
+
+def sampled_evaluator(task: Task, split: str) -> dict[str, float]:
+    """The default evaluator: the split's sampled loader through the task's own `step`."""
+    return sampled_eval(task.bare, task.loaders[split], task.step)
+
+
+class Task:
+    """See the module docstring."""
+
+    find_unused = False  # DDP: some parameters may get no gradient in a step (hetero graphs)
+
+    def __init__(self, cfg: Config, source: GraphSource) -> None:
+        self.cfg, self.source = cfg, source
+        self.schema = source.schema()
+        self.tables: Tables | None = None
+        featureless = self.schema.featureless()
+        if featureless:
+            self.tables = source.embeddings(featureless, self.embedding_dim)
+        torch.manual_seed(cfg.seed)  # identical initial weights on every rank and node count
+        self.bare = self.build_model().to(source.device)
+        self.model = source.wrap(self.bare, find_unused=self.find_unused or self.schema.hetero)
+        t = cfg.train
+        dense = torch.optim.Adam(self.bare.parameters(), lr=t.lr, weight_decay=t.weight_decay)
+        self.optimizer = Optimizers(dense, self.tables)
+        self.loaders = {s: DeviceLoader(self.loader(s), source.device) for s in SPLITS}
+        self.evaluator: Evaluator = sampled_evaluator
+        self._probe = self.tables.probe() if self.tables is not None else {}
+
+    @property
+    def embedding_dim(self) -> int:
+        m = self.cfg.model
+        return m.embedding_dim or m.hidden_channels
+
+    def in_channels(self) -> dict[str, int]:
+        """Input width of every node type: features, or the embedding width."""
+        return {t: self.schema.widths.get(t, self.embedding_dim) for t in self.schema.node_types}
+
+    def build_model(self) -> nn.Module:
+        raise NotImplementedError
+
+    def loader(self, split: str) -> Iterable:
+        raise NotImplementedError
+
+    def step(self, model: nn.Module, batch: Any) -> StepResult:
+        raise NotImplementedError
+
+    def evaluate(self, split: str) -> dict[str, float]:
+        return self.evaluator(self, split)
+
+    def finish(self) -> dict[str, float]:
+        """Extra final metrics (every rank): how far training moved the embedding rows."""
+        return self.tables.change(self._probe) if self.tables is not None else {}
+
+    def state_dict(self) -> dict[str, Any]:
+        rows = self.tables.rows_state() if self.tables is not None else {}
+        return {
+            "model": self.bare.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "embeddings": rows,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.bare.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"], state.get("embeddings"))

@@ -1,0 +1,47 @@
+"""`DeviceLoader`: batches from a CPU loader, copied to the trainer's device one step ahead.
+
+Samplers stay on the CPU. On cuda each batch is pinned and copied with `non_blocking=True` on
+a side stream while the previous step computes; the compute stream waits for the copy and the
+batch's tensors are recorded on it, so the caching allocator never reuses them early. On the
+CPU the loader is passed through unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+
+
+class DeviceLoader:
+    """Iterates `loader` with every batch on `device` (prefetching one batch on cuda)."""
+
+    def __init__(self, loader: Iterable, device: torch.device) -> None:
+        self.loader, self.device = loader, device
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+
+    def __len__(self) -> int:
+        return len(self.loader)  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.loader, name)
+
+    def _copy(self, batch: Any) -> Any:
+        if batch is None or self.stream is None:
+            return batch
+        with torch.cuda.stream(self.stream):
+            return batch.pin_memory().to(self.device, non_blocking=True)
+
+    def __iter__(self) -> Iterator[Any]:
+        if self.stream is None:
+            yield from self.loader
+            return
+        batches = iter(self.loader)
+        ahead = self._copy(next(batches, None))
+        while ahead is not None:
+            current = ahead
+            torch.cuda.current_stream(self.device).wait_stream(self.stream)
+            current.record_stream(torch.cuda.current_stream(self.device))
+            ahead = self._copy(next(batches, None))  # sampled + copied while `current` runs
+            yield current

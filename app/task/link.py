@@ -1,0 +1,101 @@
+"""Link prediction, homogeneous (the graph's own edges) or heterogeneous (one edge type).
+
+Training batches use `loader.neg_sampling` / `loader.neg_sampling_ratio`. Evaluation, the same
+at every node count: triplet batches with `train.eval_negatives` random destinations per
+held-out positive; `mrr` ranks each positive among all of them, `auc` is the binary ROC-AUC of
+the positives against their FIRST negative (one negative per positive), and `acc` is the
+fraction of positives scored above all their negatives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch_geometric.data import HeteroData
+
+from app.model.hetero import check_hetero_model
+from app.model.link import build_hetero_link_predictor, build_link_predictor
+from app.task.base import Task
+from app.task.step import StepResult
+
+
+class LinkTask(Task):
+    """BCE on scored pairs; `auc` / `mrr` / `acc` on held-out edges."""
+
+    def build_model(self) -> nn.Module:
+        s, m = self.schema, self.cfg.model
+        if not s.hetero:
+            return build_link_predictor(self.cfg, s.widths[""])
+        check_hetero_model(m.name)
+        edge_type, _ = self.source.link_edges("train")
+        return build_hetero_link_predictor(
+            m, s.metadata, self.in_channels(), edge_type, self.tables
+        )
+
+    def loader(self, split: str) -> Iterable:
+        edge_type, edges = self.source.link_edges(split)
+        ld = self.cfg.loader
+        if split == "train":
+            return self.source.link_loader(
+                split, edges, edge_type, ld.neg_sampling, ld.neg_sampling_ratio
+            )
+        return self.source.link_loader(
+            split, edges, edge_type, "triplet", self.cfg.train.eval_negatives
+        )
+
+    def step(self, model: nn.Module, batch: Any) -> StepResult:
+        return link_step(model, batch)
+
+
+def link_step(model: nn.Module, batch: Any) -> StepResult:
+    """BCE on a batch's scored pairs: binary (`edge_label`) or triplet (`dst_neg_index`) layout.
+
+    `model` is a link predictor or its DDP wrapper: its forward gives the embeddings, the bare
+    module's `score` the pair scores.
+    """
+    bare = getattr(model, "module", model)
+    z_src, z_dst = model(batch)
+    src_store, dst_store, edge_store = _stores(batch, bare.edge_type)
+    edges = _num_edges(batch)
+    if "src_index" in src_store:
+        return _triplet(bare, z_src, z_dst, src_store, dst_store, edges)
+    eli, label = edge_store.edge_label_index, edge_store.edge_label.float()
+    scores = bare.score(z_src[eli[0]], z_dst[eli[1]])
+    loss = F.binary_cross_entropy_with_logits(scores, label)
+    correct = float(((scores > 0).float() == label).sum())
+    return StepResult(loss, correct, label.numel(), edges, scores.detach(), label.detach())
+
+
+def _triplet(
+    bare: nn.Module, z_src: Tensor, z_dst: Tensor, src_store: Any, dst_store: Any, edges: int
+) -> StepResult:
+    """BCE on positives vs. their negatives; AUC over the first negative, MRR over all."""
+    src = src_store.src_index
+    pos = bare.score(z_src[src], z_dst[dst_store.dst_pos_index])
+    neg_index = dst_store.dst_neg_index.view(src.numel(), -1)
+    neg = bare.score(z_src[src].unsqueeze(1).expand(-1, neg_index.size(1), -1), z_dst[neg_index])
+    ones, zeros = torch.ones_like(pos), torch.zeros_like(neg)
+    loss = F.binary_cross_entropy_with_logits(
+        torch.cat([pos, neg.reshape(-1)]), torch.cat([ones, zeros.reshape(-1)])
+    )
+    rr = 1.0 / (1 + (neg >= pos[:, None]).sum(dim=1)).to(torch.float64)
+    correct = float((neg < pos[:, None]).all(dim=1).sum())
+    scores = torch.cat([pos, neg[:, 0]]).detach()
+    labels = torch.cat([ones, zeros[:, 0]]).long()
+    return StepResult(loss, correct, src.numel(), edges, scores, labels, rr.detach())
+
+
+def _stores(batch: Any, edge_type: Any) -> tuple[Any, Any, Any]:
+    if edge_type is None:
+        return batch, batch, batch
+    return batch[edge_type[0]], batch[edge_type[-1]], batch[edge_type]
+
+
+def _num_edges(batch: Any) -> int:
+    if isinstance(batch, HeteroData):
+        return sum(int(batch[et].edge_index.size(1)) for et in batch.edge_types)
+    return int(batch.edge_index.size(1))

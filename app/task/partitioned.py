@@ -1,0 +1,164 @@
+"""`PartitionSource`: this trainer's partition; other partitions are reached over RPC.
+
+Seeds: the node's seeds cut into contiguous shares across its trainers. Link positives: train
+= the edges stored in this part (every edge lives with its destination's owner) cut across the
+node's trainers; val / test = the held-out edges (`link_split.pt`) cut across all trainers.
+The class count is the largest label over every partition (all-reduced), so every rank builds
+the same model. The first loader joins the job's RPC group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.nn.parallel import DistributedDataParallel
+
+from app.config import Config, ConfigError
+from app.distributed.context import DistContext
+from app.distributed.feature_store import LocalFeatureStore
+from app.distributed.graph_store import LocalGraphStore
+from app.partition.book import load_partition_book
+from app.partition.link import HETERO_LINK_TYPE, load_held_out
+from app.partition.reader import load_partition
+from app.runtime import Runtime
+from app.task.metrics import all_reduce
+from app.task.source import EdgeType, GraphSource, Schema, eval_cap, resolve_device
+from app.task.tables import Tables, make_dist_tables
+
+
+class PartitionSource(GraphSource):
+    """The partition of `runtime.node_rank`, memory-mapped, with distributed loaders."""
+
+    def __init__(self, runtime: Runtime, cfg: Config) -> None:
+        self.runtime, self.cfg = runtime, cfg
+        self.rank, self.world_size = runtime.rank, runtime.world_size
+        self.device = resolve_device(cfg.train.device)
+        if self.device.type == "cuda":
+            # one GPU per trainer of this machine (local mode runs every node here)
+            local = runtime.rank if cfg.cluster.mode == "local" else runtime.local_rank
+            self.device = torch.device("cuda", local)
+            torch.cuda.set_device(self.device)
+        self.part = load_partition(
+            runtime.partition_root, runtime.node_rank, runtime.num_nodes, False
+        )
+        self.stores = (
+            LocalFeatureStore.from_partition_data(self.part),
+            LocalGraphStore.from_partition_data(self.part),
+        )
+        self.loaders: list[Any] = []
+
+    def schema(self) -> Schema:
+        part, meta = self.part, self.part.meta
+        feats = part.node_feats
+        if not part.is_hetero:
+            f = feats["feats"]
+            return Schema(
+                [], [], {"": int(meta["num_nodes"])}, {"": int(f["x"].size(1))},
+                _num_classes(f.get("y")), None,
+            )  # fmt: skip
+        labelled = [t for t, nf in feats.items() if "y" in nf["feats"]]
+        labelled = [t for t in labelled if t in part.seeds.get("train", {})]
+        target = labelled[0] if len(labelled) == 1 else None
+        return Schema(
+            list(meta["node_types"]),
+            [tuple(et) for et in meta["edge_types"]],
+            {t: int(n) for t, n in meta["num_nodes"].items()},
+            {t: int(nf["feats"]["x"].size(1)) for t, nf in feats.items() if "x" in nf["feats"]},
+            _num_classes(feats[target]["feats"]["y"] if target else None),
+            target,
+        )
+
+    def _share(self, ids: Tensor, cap: int) -> Tensor:
+        rt = self.runtime
+        share = ids.tensor_split(rt.procs_per_node)[rt.local_rank]
+        return share[:cap] if cap else share
+
+    def node_seeds(self, split: str, node_type: str | None) -> Tensor:
+        seeds = self.part.seeds[split]
+        seeds = seeds if node_type is None else seeds[node_type]
+        return self._share(seeds, 0 if split == "train" else eval_cap(self.cfg))
+
+    def link_edges(self, split: str) -> tuple[EdgeType | None, Tensor]:
+        rt = self.runtime
+        edge_type = HETERO_LINK_TYPE if self.part.is_hetero else None
+        if edge_type is not None:
+            raise ConfigError(
+                "train.objective=link on a heterogeneous graph: DistLinkNeighborLoader samples "
+                "homogeneous graphs only; run it with cluster.num_nodes=1"
+            )
+        if split == "train":
+            g = self.part.graph
+            local = torch.stack([g["row"], g["col"]])
+            return edge_type, local.tensor_split(rt.procs_per_node, dim=1)[rt.local_rank]
+        held = load_held_out(self.part.root)[split]
+        share = held.tensor_split(rt.world_size, dim=1)[rt.rank]
+        cap = eval_cap(self.cfg)
+        return edge_type, share[:, :cap] if cap else share
+
+    def _common(self, split: str) -> dict[str, Any]:
+        rt, cfg = self.runtime, self.cfg
+        s = cfg.sampler
+        return dict(
+            num_neighbors=s.num_neighbors,
+            current_ctx=DistContext.from_runtime(rt),
+            num_workers=cfg.loader.num_workers,
+            concurrency=s.concurrency,
+            replace=s.replace,
+            subgraph_type=s.subgraph_type,
+            disjoint=s.disjoint,
+            temporal_strategy=s.temporal_strategy,
+            master_addr=rt.master_addr,
+            master_port=rt.rpc_port,
+            rpc_timeout=s.rpc_timeout_s,
+            init_timeout=cfg.cluster.init_timeout_s,
+            **self.batch_args(split),
+        )
+
+    def node_loader(self, split: str, seeds: Tensor, node_type: str | None) -> Iterable:
+        from app.distributed.loader import DistNeighborLoader
+
+        loader = DistNeighborLoader(
+            self.stores,
+            input_nodes=seeds if node_type is None else (node_type, seeds),
+            time_attr=self.cfg.sampler.time_attr,
+            **self._common(split),
+        )
+        self.loaders.append(loader)
+        return loader
+
+    def link_loader(
+        self, split: str, edges: Tensor, edge_type: EdgeType | None, mode: str, ratio: float
+    ) -> Iterable:
+        from app.distributed.loader import DistLinkNeighborLoader
+
+        loader = DistLinkNeighborLoader(
+            self.stores,
+            edge_label_index=edges,
+            neg_sampling=mode,
+            neg_sampling_ratio=ratio,
+            **self._common(split),
+        )
+        self.loaders.append(loader)
+        return loader
+
+    def embeddings(self, sizes: dict[str, int], dim: int) -> Tables:
+        rt, t = self.runtime, self.cfg.train
+        return make_dist_tables(
+            sizes, dim, t.sparse_optimizer, t.sparse_lr, self.device,
+            book_of=lambda nt: load_partition_book(self.part.root, nt),
+            part_id=rt.node_rank, is_owner=rt.local_rank == 0,
+        )  # fmt: skip
+
+    def wrap(self, model: nn.Module, find_unused: bool = False) -> nn.Module:
+        """DDP over the trainers (one device per trainer on cuda)."""
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=ids, find_unused_parameters=find_unused)
+
+
+def _num_classes(y: Tensor | None) -> int:
+    """Largest label over every partition + 1 (a collective: every rank calls it)."""
+    (top,) = all_reduce([float(y.max()) if y is not None and y.numel() else -1.0], op="max")
+    return int(top) + 1
