@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from app.config import Config
+from app.runtime import Runtime
 
 log = logging.getLogger("distgnn")
 
@@ -44,6 +45,13 @@ def run_task(cfg: Config) -> float | None:
 
         result = run_job(cfg, job_dir(), parent_run_id=parent)
     return result.get("test_acc")
+
+
+def run_trainer(runtime: Runtime, cfg: Config) -> dict[str, float]:
+    """One trainer process of a distributed job (`app.launch.worker` calls this)."""
+    from app.train.distributed import train_distributed
+
+    return train_distributed(runtime, cfg)
 
 
 def partition_task(cfg: Config, parent_run_id: str | None) -> dict[str, float]:

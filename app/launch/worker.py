@@ -2,10 +2,11 @@
 
 Identity comes from `Runtime.from_env()` (set once by the launcher), the config from the file
 the launcher wrote. Dispatch by role: a sampler serves its partition over RPC until the job
-shuts down; a trainer runs `train_distributed`. Output goes to stdout/stderr, which the launcher
-copies into `<job_dir>/logs/<name>.log`; on failure the full traceback is logged and the last
-line is a one-line error, so the launcher's `JobFailed` shows it. SIGTERM becomes
-KeyboardInterrupt so `finally` blocks (RPC, process group, MLflow run) still run.
+shuts down; a trainer runs `app.tasks.run_trainer` (training sits above the launcher, which
+imports nothing from `app.train`). Output goes to stdout/stderr, which the launcher copies
+into `<job_dir>/logs/<name>.log`; on failure the full traceback is logged and the last line is
+a one-line error, so the launcher's `JobFailed` shows it. SIGTERM becomes KeyboardInterrupt
+so `finally` blocks (RPC, process group, MLflow run) still run.
 """
 
 from __future__ import annotations
@@ -46,9 +47,9 @@ def run(runtime: Runtime) -> int:
 
         return serve(runtime, cfg)
     if runtime.role == "trainer":
-        from app.train.distributed import train_distributed
+        from app.tasks import run_trainer
 
-        train_distributed(runtime, cfg)
+        run_trainer(runtime, cfg)
         return 0
     raise ValueError(f"DISTGNN_ROLE={runtime.role!r}: expected trainer or sampler")
 
