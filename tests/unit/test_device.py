@@ -1,0 +1,74 @@
+"""`train.device`: cpu | cuda | auto; refused early without CUDA; CUDA paths where there is one."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from app.config import ConfigError
+from app.task.device import DeviceLoader
+from app.task.local import LocalSource
+from app.task.node import NodeTask
+from app.task.source import resolve_device
+from app.train.checkpoint import checkpoint_path, load_checkpoint, read_checkpoint
+from app.train.loop import FitOptions, fit
+from tests.conftest import run_app
+from tests.unit.test_model import toy_graph
+from tests.unit.test_train import toy_config
+
+CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="no CUDA device on this machine")
+needs_no_cuda = pytest.mark.skipif(CUDA, reason="CUDA is available: nothing to refuse")
+
+
+def test_auto_picks_cuda_only_when_available():
+    assert resolve_device("auto").type == ("cuda" if CUDA else "cpu")
+    assert resolve_device("cpu") == torch.device("cpu")
+
+
+def test_unknown_device_is_rejected(compose):
+    with pytest.raises(ConfigError, match="train.device='tpu'"):
+        compose("+experiment=smoke", "train.device=tpu")
+
+
+@needs_no_cuda
+def test_cuda_without_cuda_fails_in_one_line_before_any_process(tmp_path):
+    proc = run_app(
+        "+experiment=smoke", "cluster.num_nodes=2", "train.device=cuda",
+        f"output_dir={tmp_path}", f"hydra.run.dir={tmp_path}/run", timeout=60,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and "train.device='cuda'" in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "run" / "logs").exists() and not (tmp_path / "partitions").exists()
+
+
+def test_cpu_device_loader_passes_batches_through():
+    batches = [torch.zeros(2), torch.ones(2)]
+    assert list(DeviceLoader(batches, torch.device("cpu"))) == batches
+
+
+@needs_cuda
+def test_more_trainers_than_gpus_is_refused(compose):
+    too_many = torch.cuda.device_count() + 1
+    with pytest.raises(ConfigError, match="cluster.procs_per_node"):
+        compose("+experiment=smoke", "train.device=cuda", f"cluster.procs_per_node={too_many}")
+
+
+@needs_cuda
+def test_cuda_trainer_learns_and_its_checkpoint_loads_on_cpu(tmp_path):
+    data = toy_graph(num_nodes=400, seed=0)
+    cfg = toy_config()
+    cfg.train.device = "cuda"
+    task = NodeTask(cfg, LocalSource(cfg, data))
+    batch = next(iter(task.loaders["train"]))
+    assert batch.x.is_cuda and batch.edge_index.is_cuda
+    m = fit(task, FitOptions(epochs=8, job_dir=str(tmp_path)))
+    assert m["val_acc"] > 0.8, m
+    saved = read_checkpoint(checkpoint_path(tmp_path))["model"]  # map_location: cpu
+    assert not any(v.is_cuda for v in saved.values())
+    cpu = NodeTask(toy_config(seed=5), LocalSource(toy_config(seed=5), data))
+    load_checkpoint(checkpoint_path(tmp_path), cpu)
+    for a, b in zip(cpu.bare.state_dict().values(), task.bare.state_dict().values(), strict=True):
+        assert torch.equal(a, b.cpu())
