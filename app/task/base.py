@@ -12,8 +12,9 @@ and `step(model, batch) -> StepResult`. Everything else is shared:
   `(task, split) -> {"acc": ..., ...}` callable (layer-wise inference, say), which gets
   `task.bare` (unwrapped model), `task.source` (graph, schema, seeds) and the split name;
 * `state_dict()` / `load_state_dict()`: the checkpoint content, one format at every node count
-  (`model`, `optimizer` {dense, sparse}, `embeddings` rows). Collective for distributed
-  tables: call on every rank.
+  (`model`, `optimizer` {dense, sparse}, `embeddings` rows, `loader_epochs`: how many epochs
+  each split's loader has started, so a resumed run shuffles and samples as the uninterrupted
+  one would). Collective for distributed tables: call on every rank.
 """
 
 from __future__ import annotations
@@ -93,8 +94,11 @@ class Task:
             "model": self.bare.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "embeddings": rows,
+            "loader_epochs": {s: loader.epoch for s, loader in self.loaders.items()},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.bare.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"], state.get("embeddings"))
+        for split, epoch in state.get("loader_epochs", {}).items():
+            self.loaders[split].epoch = epoch

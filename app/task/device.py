@@ -27,6 +27,15 @@ class DeviceLoader:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.loader, name)
 
+    @property
+    def epoch(self) -> int:
+        """Epochs the wrapped loader has started (its shuffle and sampling seeds follow it)."""
+        return int(self.loader.epoch)
+
+    @epoch.setter
+    def epoch(self, value: int) -> None:
+        self.loader.epoch = int(value)
+
     def _copy(self, batch: Any) -> Any:
         if batch is None or self.stream is None:
             return batch

@@ -4,8 +4,9 @@ One format at every node count. Contents (plain dicts, lists, numbers and tensor
 `torch.load(weights_only=True)` accepts them): `model` (the unwrapped module's state dict),
 `optimizer` (`{"dense": Adam state, "sparse": embedding optimizer state or None}`),
 `embeddings` (`{node type: [num_nodes, dim]}` whole tables, gathered from their owners when
-distributed), `epoch` (the last finished epoch), `metrics` (that epoch's metrics) and `rng`
-(torch, numpy and python states).
+distributed), `loader_epochs` (epochs each split's loader started), `epoch` (the last
+finished epoch), `metrics` (that epoch's metrics) and `rng` (one entry per rank: torch, numpy
+and python states; each rank restores its own, so a resumed job draws what it would have).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from app.fsutil import torch_save_atomic
 
@@ -56,15 +58,27 @@ def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate((py["version"], tuple(py["state"].tolist()), py["gauss"]))
 
 
+def gather_rng_states() -> list[dict[str, Any]] | None:
+    """Every rank's RNG states on rank 0 (None elsewhere); a collective under a process group."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return [rng_state()]
+    out: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(rng_state(), out, dst=0)
+    return out
+
+
 def save_checkpoint(
     path: str | os.PathLike,
     state: dict[str, Any],
     epoch: int,
     metrics: dict[str, float] | None = None,
+    rng: list[dict[str, Any]] | None = None,
 ) -> Path:
-    """Write a task's `state` (+ epoch, metrics, RNG) atomically: a crash keeps the previous."""
+    """Write a task's `state` (+ epoch, metrics, per-rank RNG) atomically: a crash keeps the
+    previous one. `rng` defaults to this process's states (one rank)."""
     path = Path(path)
-    full = {**state, "epoch": int(epoch), "metrics": dict(metrics or {}), "rng": rng_state()}
+    rng = rng if rng is not None else [rng_state()]
+    full = {**state, "epoch": int(epoch), "metrics": dict(metrics or {}), "rng": rng}
     torch_save_atomic(full, path)
     return path
 
@@ -85,5 +99,7 @@ def load_checkpoint(path: str | os.PathLike, task: Any) -> dict[str, Any]:
     """
     state = read_checkpoint(path)
     task.load_state_dict(state)
-    set_rng_state(state["rng"])
+    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    rngs = state["rng"]
+    set_rng_state(rngs[rank] if rank < len(rngs) else rngs[0])  # other world size: rank 0's
     return state

@@ -27,7 +27,12 @@ from torch.nn.parallel import DistributedDataParallel
 
 from app.task.metrics import EpochStats, dist_ready
 from app.task.step import Objective
-from app.train.checkpoint import checkpoint_path, load_checkpoint, save_checkpoint
+from app.train.checkpoint import (
+    checkpoint_path,
+    gather_rng_states,
+    load_checkpoint,
+    save_checkpoint,
+)
 
 log = logging.getLogger("distgnn.train")
 
@@ -176,8 +181,9 @@ def fit(
                 metrics.update({f"{split}_{k}": v for k, v in task.evaluate(split).items()})
         if opts.checkpoint and opts.job_dir:
             state = task.state_dict()  # collective for distributed tables
+            rngs = gather_rng_states()
             if _rank() == 0:
-                save_checkpoint(checkpoint_path(opts.job_dir), state, epoch, metrics)
+                save_checkpoint(checkpoint_path(opts.job_dir), state, epoch, metrics, rngs)
         _report(epoch, metrics, tracker, on_epoch)
     return metrics
 
