@@ -11,7 +11,6 @@ peer surfaces as `PeerError` naming it.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -28,6 +27,7 @@ from app.distributed.context import DistContext
 from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.graph_store import LocalGraphStore
 from app.distributed.sampler import DistNeighborSampler, remote_sample_batch_at
+from app.distributed.shm import BatchRing
 from app.runtime import worker_name
 from app.sampler.kernel import derive_seed
 
@@ -43,6 +43,19 @@ class _Pending:
 
     def wait(self) -> Any:
         return self.future.result(timeout=self.timeout)
+
+
+class _InSlot:
+    """A batch requested from a sampler process, to be written into ring slot `slot`."""
+
+    def __init__(self, call: rpc.PendingCall, ring: BatchRing, slot: str) -> None:
+        self.call, self.ring, self.slot = call, ring, slot
+
+    def wait(self) -> Any:
+        return self.call.wait()
+
+    def attach(self, data: Any) -> Any:
+        return self.ring.attach(data, self.slot)
 
 
 class DistLoader:
@@ -103,8 +116,9 @@ class DistLoader:
         if num_workers and current_ctx is None:
             raise ValueError(f"num_workers={num_workers} needs current_ctx (sampler processes)")
         self._pool = ThreadPoolExecutor(concurrency) if not self.workers else None
-        # sampler processes share this node: features come back through /dev/shm, not RPC
-        self.spec = dataclasses.replace(self.sampler.spec, shm=bool(self.workers))
+        self.spec = self.sampler.spec
+        # sampler processes share this node: features come back through reused /dev/shm slots
+        self.ring = BatchRing() if self.workers else None
         self._next_worker = 0
         # a batch makes one round of calls per hop plus the feature fetch, each bounded by
         # rpc_timeout: waiting longer for the whole batch lets the inner error name the culprit
@@ -157,7 +171,7 @@ class DistLoader:
                 break
         try:
             while window:
-                out = server.attach_shm(window.popleft().wait())
+                out = self._attach(window.popleft())
                 nxt = next(todo, None)
                 if nxt is not None:
                     window.append(self._submit(nxt[1], derive_seed(self.seed, epoch, nxt[0])))
@@ -172,17 +186,27 @@ class DistLoader:
         shared-memory files are unlinked now rather than when the sampler exits."""
         for pending in window:
             try:
-                server.attach_shm(pending.wait())
+                DistLoader._attach(pending)
             except Exception as err:  # the epoch is over; a failed leftover batch changes nothing
                 log.debug("dropped an in-flight batch: %s", err)
 
     def _dispatch(self, fn: Callable, args: tuple, local: Callable, local_args: tuple) -> Any:
-        """Send to the next sampler process (round-robin), or run on the local thread pool."""
+        """Send to the next sampler process (round-robin) with the ring slot to write the
+        batch's features into, or run on the local thread pool."""
         if self.workers:
             peer = self.workers[self._next_worker % len(self.workers)]
             self._next_worker += 1
-            return rpc.call_async(peer, fn, args, self.ctx.partition_idx, self._batch_timeout)
+            slot = self.ring.acquire()
+            args = (*args, slot)
+            call = rpc.call_async(peer, fn, args, self.ctx.partition_idx, self._batch_timeout)
+            return _InSlot(call, self.ring, slot)
         return _Pending(self._pool.submit(local, *local_args), self._batch_timeout)
+
+    @staticmethod
+    def _attach(pending: Any) -> Any:
+        """Wait for a batch; map its shared-memory features (sampler processes)."""
+        out = pending.wait()
+        return pending.attach(out) if isinstance(pending, _InSlot) else out
 
     def close(self) -> None:
         """Release the local thread pool (RPC stays up for other loaders; see server.shutdown)."""

@@ -54,7 +54,6 @@ class SamplerSpec:
     temporal_strategy: str = "uniform"
     time_attr: str | None = None
     attrs: tuple[str, ...] | None = None  # node attributes to gather (None: all)
-    shm: bool = False  # sampler process: return features through shared memory (same node)
 
     def key(self) -> str:
         return repr(self)
@@ -327,7 +326,7 @@ class DistNeighborSampler:
     ) -> Data | HeteroData:
         """Seeds → sampled subgraph with features and labels, in NeighborLoader's layout.
 
-        `alloc` provides the feature arrays (see `server.ShmAllocator`); default: heap.
+        `alloc` provides the feature arrays (see `shm.SlotWriter`); default: heap.
         `seed_time`: one time per seed (temporal sampling; kept as the batch's `seed_time`).
         """
         out = self.sample_from_nodes(seeds, input_type, seed, seed_time)
@@ -411,12 +410,13 @@ def remote_temporal_hop(jobs: list, replace: bool, strategy: str) -> list:
 
 def remote_sample_batch_at(
     spec: SamplerSpec, seeds: Tensor, seed_time: Tensor, input_id: Tensor, input_type: Any,
-    seed: int,
+    seed: int, slot: str | None,
 ) -> Any:  # fmt: skip
     """RPC entry: `server.remote_sample_batch` with a time per seed (temporal sampling)."""
     from app.distributed import server
+    from app.distributed.shm import SlotWriter
 
-    alloc = server.ShmAllocator() if spec.shm else None
+    alloc = SlotWriter(slot) if slot else None
     data = server._sampler(spec).sample_batch(seeds, input_id, input_type, seed, alloc, seed_time)
     return alloc.export(data) if alloc else data
 

@@ -11,27 +11,21 @@ RPC, answer requests until its trainer says stop (or is gone, or SIGTERM), leave
 
 from __future__ import annotations
 
-import itertools
 import logging
-import mmap
-import os
 import signal
-import tempfile
 import threading
 import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from app.config import Config
-from app.distributed import rpc
+from app.distributed import rpc, shm
 from app.distributed.context import DistContext
 from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.graph_store import LocalGraphStore
+from app.distributed.shm import SlotWriter
 from app.runtime import Runtime, worker_name
 
 log = logging.getLogger("distgnn")
@@ -83,17 +77,20 @@ def remote_features(group: Any, ids: Tensor, attrs: list[str]) -> dict[str, Tens
 
 
 def remote_sample_batch(
-    spec: Any, seeds: Tensor, input_id: Tensor, input_type: Any, seed: int
+    spec: Any, seeds: Tensor, input_id: Tensor, input_type: Any, seed: int, slot: str | None
 ) -> Any:
-    """A trainer's seed batch → Data / HeteroData with features (runs in a sampler process)."""
-    alloc = ShmAllocator() if spec.shm else None
+    """A trainer's seed batch → Data / HeteroData with features (runs in a sampler process);
+    with `slot`, the features are written into that shared-memory ring slot."""
+    alloc = SlotWriter(slot) if slot else None
     data = _sampler(spec).sample_batch(seeds, input_id, input_type, seed, alloc)
     return alloc.export(data) if alloc else data
 
 
-def remote_sample_edges(spec: Any, batch: dict[str, Tensor], mode: str, seed: int) -> Any:
+def remote_sample_edges(
+    spec: Any, batch: dict[str, Tensor], mode: str, seed: int, slot: str | None
+) -> Any:
     """A trainer's edge batch (positives + negatives) → Data for link prediction."""
-    alloc = ShmAllocator() if spec.shm else None
+    alloc = SlotWriter(slot) if slot else None
     data = _sampler(spec).sample_edges(batch, mode, seed, alloc)
     return alloc.export(data) if alloc else data
 
@@ -120,91 +117,6 @@ def remote_stop() -> bool:
     return True
 
 
-# -- features through shared memory ------------------------------------------------------------
-
-SHM_DIR = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
-_shm_seq = itertools.count()
-
-
-@dataclass(frozen=True)
-class ShmArray:
-    """A batch's feature matrix left in a shared-memory file for the trainer on the same node."""
-
-    path: str
-    shape: tuple[int, ...]
-    dtype: str
-
-    def attach(self) -> Tensor:
-        """Map the file (zero-copy) and unlink it: the mapping lives as long as the tensor."""
-        arr = _map(self.path, self.shape, np.dtype(self.dtype), create=False)
-        os.unlink(self.path)
-        return torch.from_numpy(arr)
-
-
-class ShmAllocator:
-    """Hands the feature gather its output arrays as files in /dev/shm, then swaps them for
-    `ShmArray` handles in the batch: the sampler writes each row once, the trainer maps it, and
-    the (large) feature matrices never go through RPC serialisation."""
-
-    def __init__(self) -> None:
-        self.arrays: dict[int, ShmArray] = {}
-
-    def __call__(self, name: str, shape: tuple, dtype: np.dtype) -> np.ndarray:
-        if int(np.prod(shape)) == 0:
-            return np.empty(shape, dtype)
-        path = SHM_DIR / f"distgnn-{os.getpid()}-{next(_shm_seq)}-{name}"
-        arr = _map(path, tuple(shape), np.dtype(dtype), create=True)
-        self.arrays[arr.ctypes.data] = ShmArray(str(path), tuple(shape), np.dtype(dtype).str)
-        return arr
-
-    def export(self, data: Any) -> Any:
-        for store in data.node_stores:
-            for key, value in list(store.items()):
-                if isinstance(value, Tensor) and value.data_ptr() in self.arrays:
-                    store[key] = self.arrays[value.data_ptr()]
-        return data
-
-
-def _map(path: str | Path, shape: tuple, dtype: np.dtype, create: bool) -> np.ndarray:
-    """Map a shared-memory file with all its pages populated in one go (MAP_POPULATE): far
-    cheaper than faulting a fresh 50+ MB feature matrix in page by page."""
-    nbytes = int(np.prod(shape)) * dtype.itemsize
-    fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0), 0o600)
-    try:
-        if create:
-            os.posix_fallocate(fd, 0, nbytes)
-        buf = mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
-    finally:
-        os.close(fd)
-    return np.frombuffer(buf, dtype=dtype).reshape(shape)
-
-
-def attach_shm(data: Any) -> Any:
-    """Trainer side of `ShmAllocator.export`: replace every `ShmArray` by its mapped tensor."""
-    for store in data.node_stores:
-        for key, value in list(store.items()):
-            if isinstance(value, ShmArray):
-                store[key] = value.attach()
-    return data
-
-
-def _remove_own_shm() -> None:
-    """Delete shared-memory batches this process wrote that no trainer picked up."""
-    for path in SHM_DIR.glob(f"distgnn-{os.getpid()}-*"):
-        path.unlink(missing_ok=True)
-
-
-def remove_orphan_shm() -> None:
-    """Delete batches left by dead (e.g. SIGKILLed) sampler processes of this node."""
-    for path in SHM_DIR.glob("distgnn-*-*"):
-        try:
-            os.kill(int(path.name.split("-")[1]), 0)
-        except ProcessLookupError:
-            path.unlink(missing_ok=True)
-        except (ValueError, PermissionError):
-            continue
-
-
 # -- sampler process ----------------------------------------------------------------------------
 
 
@@ -228,7 +140,7 @@ def _trainer_alive(trainer: str) -> bool:
 def serve(runtime: Runtime, cfg: Config) -> int:
     """Sampler-process main: serve partition `runtime.node_rank` until told to stop; exit code."""
     ctx = DistContext.from_runtime(runtime)
-    remove_orphan_shm()
+    shm.remove_orphans()
     fs, gs = load_stores(runtime.partition_root, runtime.node_rank)
     register(fs, gs, rpc.RPCRouter.for_context(ctx))
     failed = threading.Event()
@@ -254,7 +166,7 @@ def serve(runtime: Runtime, cfg: Config) -> int:
     finally:
         graceful = 0.0 if failed.is_set() else cfg.cluster.init_timeout_s
         clean = rpc.shutdown_rpc(graceful) if graceful else rpc.shutdown_rpc_now()
-        _remove_own_shm()
+        shm.remove_own()
     log.info(
         "%s: served partition %d, exiting (%s)",
         ctx.worker_name,
@@ -283,7 +195,7 @@ def shutdown(ctx: DistContext, graceful_timeout_s: float = 120.0, failed: bool =
         return True
     if failed:
         clean = rpc.shutdown_rpc_now()
-        remove_orphan_shm()
+        shm.remove_orphans()
         return clean
     if ctx.role == "trainer":
         stop_samplers(ctx)
