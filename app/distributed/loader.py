@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 from torch_geometric.sampler import NegativeSampling
 
+from app.config import SamplerConfig
 from app.distributed import rpc, server
 from app.distributed.context import DistContext
 from app.distributed.feature_store import LocalFeatureStore
@@ -43,6 +44,14 @@ class _Pending:
 
     def wait(self) -> Any:
         return self.future.result(timeout=self.timeout)
+
+
+_LEVELS = ("cache_rows", "cache_hit_rate", "cpu_s")  # not counters: not differenced
+
+
+def _sum_stats(stats: list[dict[str, float]]) -> dict[str, float]:
+    keys = {k for s in stats for k in s}
+    return {k: sum(s.get(k, 0) for s in stats) for k in keys}
 
 
 class _InSlot:
@@ -83,12 +92,14 @@ class DistLoader:
         seed: int = 0,
         transform: Callable | None = None,
         attrs: list[str] | None = None,
+        feature_cache_size: int = SamplerConfig.feature_cache_size,
         **_: Any,
     ) -> None:
-        if batch_size <= 0 or concurrency <= 0 or num_workers < 0:
+        if batch_size <= 0 or concurrency <= 0 or num_workers < 0 or feature_cache_size < 0:
             raise ValueError(
-                f"batch_size={batch_size}, concurrency={concurrency}, num_workers={num_workers}: "
-                "need batch_size > 0, concurrency > 0, num_workers >= 0"
+                f"batch_size={batch_size}, concurrency={concurrency}, num_workers={num_workers}, "
+                f"feature_cache_size={feature_cache_size}: need batch_size > 0, concurrency > 0, "
+                "num_workers >= 0, feature_cache_size >= 0 (sampler.feature_cache_size=0: off)"
             )
         self.ctx = current_ctx
         self.feature_store, self.graph_store = self._stores(data)
@@ -101,7 +112,7 @@ class DistLoader:
             router = rpc.RPCRouter.for_context(current_ctx)
         self.sampler = DistNeighborSampler(
             (self.feature_store, self.graph_store), num_neighbors, replace, subgraph_type,
-            disjoint, temporal_strategy, time_attr, router, attrs,
+            disjoint, temporal_strategy, time_attr, router, attrs, feature_cache_size,
         )  # fmt: skip
         if current_ctx is not None:
             if num_workers == 0:  # this trainer is the process that serves its partition
@@ -207,6 +218,25 @@ class DistLoader:
         """Wait for a batch; map its shared-memory features (sampler processes)."""
         out = pending.wait()
         return pending.attach(out) if isinstance(pending, _InSlot) else out
+
+    def data_stats(self) -> dict[str, float]:
+        """Remote traffic of this loader's samplers since the last call (e.g. per epoch):
+        feature_rows / feature_bytes fetched by RPC, cache_hits (remote rows the halo cache
+        served), cache_hit_rate, cache_rows, hop_requests / hop_bytes. The counters of a sampler
+        process are shared by the loaders it serves (train and eval loaders of one trainer)."""
+        if self.workers:
+            calls = [rpc.call_async(w, server.remote_stats) for w in self.workers]
+            totals = _sum_stats([c.wait() for c in calls])
+        else:
+            hops = self.sampler.stats
+            totals = {"hop_requests": hops.requests, "hop_bytes": hops.bytes,
+                      **self.feature_store.counters()}  # fmt: skip
+        last, self._last_stats = getattr(self, "_last_stats", {}), totals
+        out = {k: v - last.get(k, 0) for k, v in totals.items() if k not in _LEVELS}
+        asked = out.get("feature_rows", 0) + out.get("cache_hits", 0)
+        out["cache_hit_rate"] = out.get("cache_hits", 0) / asked if asked else 0.0
+        out["cache_rows"] = totals.get("cache_rows", 0)
+        return out
 
     def close(self) -> None:
         """Release the local thread pool (RPC stays up for other loaders; see server.shutdown)."""

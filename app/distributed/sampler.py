@@ -54,6 +54,7 @@ class SamplerSpec:
     temporal_strategy: str = "uniform"
     time_attr: str | None = None
     attrs: tuple[str, ...] | None = None  # node attributes to gather (None: all)
+    cache_rows: int = 0  # halo feature cache rows (0: off)
 
     def key(self) -> str:
         return repr(self)
@@ -87,6 +88,7 @@ class DistNeighborSampler:
         time_attr: str | None = None,
         router: rpc.RPCRouter | None = None,
         attrs: Sequence[str] | None = None,
+        feature_cache_size: int = 0,
         **_: Any,
     ) -> None:
         self.feature_store, self.graph_store = data
@@ -110,12 +112,14 @@ class DistNeighborSampler:
             temporal_strategy,
             time_attr,
             None if attrs is None else tuple(attrs),
+            feature_cache_size,
         )
         self.replace, self.disjoint, self.strategy = replace, disjoint, temporal_strategy
         self.num_hops = self._check_fanouts(num_neighbors)
         self.num_neighbors = num_neighbors
         self.router = router
         self.feature_store.router = self.feature_store.router or router
+        self.feature_store.use_cache(feature_cache_size, self.graph_store)
         self.partition_idx = self.graph_store.partition_idx
         self.stats = HopStats()
         self._tls = threading.local()
@@ -126,7 +130,8 @@ class DistNeighborSampler:
     ) -> DistNeighborSampler:
         """Rebuild the sampler a trainer described (in the sampler process that serves it)."""
         return cls(data, _thaw(spec.num_neighbors), spec.replace, spec.subgraph_type, spec.disjoint,
-                   spec.temporal_strategy, spec.time_attr, router, spec.attrs)  # fmt: skip
+                   spec.temporal_strategy, spec.time_attr, router, spec.attrs,
+                   spec.cache_rows)  # fmt: skip
 
     def _check_fanouts(self, num_neighbors: Any) -> int:
         gs = self.graph_store
@@ -372,7 +377,7 @@ class DistNeighborSampler:
         attrs = self.spec.attrs
         if attrs is not None:
             attrs = [a for a in attrs if a in self.feature_store.attr_names(group)]
-        return self.feature_store.fetch(nodes, group, attrs, alloc)
+        return self.feature_store.fetch(nodes, group, attrs, alloc=alloc)
 
 
 def local_hop(

@@ -96,14 +96,14 @@ def remote_sample_edges(
 
 
 def remote_stats() -> dict[str, float]:
-    """This process so far: remote hop requests/bytes, remote feature rows/bytes, CPU seconds."""
+    """This process so far: remote hop requests/bytes, remote feature rows/bytes and halo cache
+    hits (`LocalFeatureStore.counters`), CPU seconds."""
     fs = _service.get("fs")
     hops = [s.stats for s in _samplers.values()]
     return {
         "hop_requests": sum(h.requests for h in hops),
         "hop_bytes": sum(h.bytes for h in hops),
-        "feature_rows": fs.remote_rows if fs else 0,
-        "feature_bytes": fs.remote_bytes if fs else 0,
+        **(fs.counters() if fs else {}),
         "cpu_s": time.process_time(),
     }
 
