@@ -46,7 +46,7 @@ class _Pending:
         return self.future.result(timeout=self.timeout)
 
 
-_LEVELS = ("cache_rows", "cache_hit_rate", "cpu_s")  # not counters: not differenced
+_LEVELS = ("cache_rows", "cache_hit_rate", "cpu_s", "minflt")  # not counters: not differenced
 
 
 def _sum_stats(stats: list[dict[str, float]]) -> dict[str, float]:

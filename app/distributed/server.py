@@ -12,6 +12,7 @@ RPC, answer requests until its trainer says stop (or is gone, or SIGTERM), leave
 from __future__ import annotations
 
 import logging
+import resource
 import signal
 import threading
 import time
@@ -97,7 +98,7 @@ def remote_sample_edges(
 
 def remote_stats() -> dict[str, float]:
     """This process so far: remote hop requests/bytes, remote feature rows/bytes and halo cache
-    hits (`LocalFeatureStore.counters`), CPU seconds."""
+    hits (`LocalFeatureStore.counters`), CPU seconds, minor page faults."""
     fs = _service.get("fs")
     hops = [s.stats for s in _samplers.values()]
     return {
@@ -105,6 +106,7 @@ def remote_stats() -> dict[str, float]:
         "hop_bytes": sum(h.bytes for h in hops),
         **(fs.counters() if fs else {}),
         "cpu_s": time.process_time(),
+        "minflt": resource.getrusage(resource.RUSAGE_SELF).ru_minflt,
     }
 
 
