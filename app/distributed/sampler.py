@@ -399,7 +399,10 @@ def local_hop(
         nbrs, epos, counts = sample_hop(
             colptr, row, frontier, k, replace, seed, node_time, time, strategy
         )
-        out.append((nbrs, edge_id[epos], counts))
+        # compact (int32) partitions: ids leave the partition as int64, the sampler's dtype
+        out.append(
+            (nbrs.astype(np.int64, copy=False), edge_id[epos].astype(np.int64, copy=False), counts)
+        )
     return out
 
 
