@@ -27,7 +27,7 @@ from app.distributed.context import DistContext
 from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.graph_store import LocalGraphStore
 from app.distributed.shm import SlotWriter
-from app.runtime import Runtime, worker_name
+from app.runtime import Runtime, tune_process, worker_name
 
 log = logging.getLogger("distgnn")
 
@@ -142,6 +142,7 @@ def _trainer_alive(trainer: str) -> bool:
 def serve(runtime: Runtime, cfg: Config) -> int:
     """Sampler-process main: serve partition `runtime.node_rank` until told to stop; exit code."""
     ctx = DistContext.from_runtime(runtime)
+    log.info("%s: %s", ctx.worker_name, tune_process("sampler"))
     shm.remove_orphans()
     fs, gs = load_stores(runtime.partition_root, runtime.node_rank)
     register(fs, gs, rpc.RPCRouter.for_context(ctx))
