@@ -227,9 +227,9 @@ def _runtime(role: str, node: int, root: str, workdir: str, port: int):
 
 
 def _stats(worker: str) -> dict:
-    from app.distributed import rpc, server
+    from app.distributed import rpc
 
-    return rpc.call_async(worker, server.remote_stats).wait()
+    return rpc.call_async(worker, "stats").wait()
 
 
 def _minflt() -> int:

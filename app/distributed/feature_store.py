@@ -24,6 +24,7 @@ from torch_geometric.data.feature_store import _FieldStatus
 from app.distributed import rpc
 from app.distributed.graph_store import owner_of
 from app.distributed.halo_cache import HaloCache, load_or_fill
+from app.distributed.routing import split_by_owner
 from app.partition.book import DictPartitionBook, PartitionBook
 from app.partition.reader import PartitionData, load_partition
 
@@ -224,9 +225,6 @@ class LocalFeatureStore(FeatureStore):
         owners by RPC. `alloc(name, shape, dtype)` provides the output arrays (e.g. shared
         memory).
         """
-        from app.distributed.sampler import split_by_owner
-        from app.distributed.server import remote_features
-
         attrs = list(self.attr_names(group) if attrs is None else attrs)
         if not attrs:
             return {}
@@ -255,7 +253,7 @@ class LocalFeatureStore(FeatureStore):
             )
         calls = {  # every remote request is in flight before the local gather starts
             p: rpc.call_partition(
-                self.router, p, remote_features, (group, torch.from_numpy(ids_np[idx]), attrs)
+                self.router, p, "features", (group, torch.from_numpy(ids_np[idx]), attrs)
             )
             for p, idx in split.items()
             if p != self.partition_idx

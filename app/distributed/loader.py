@@ -27,7 +27,7 @@ from app.distributed import rpc, server
 from app.distributed.context import DistContext
 from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.graph_store import LocalGraphStore
-from app.distributed.sampler import DistNeighborSampler, remote_sample_batch_at
+from app.distributed.sampler import DistNeighborSampler
 from app.distributed.shm import BatchRing
 from app.runtime import worker_name
 from app.sampler.kernel import derive_seed
@@ -201,7 +201,7 @@ class DistLoader:
             except Exception as err:  # the epoch is over; a failed leftover batch changes nothing
                 log.debug("dropped an in-flight batch: %s", err)
 
-    def _dispatch(self, fn: Callable, args: tuple, local: Callable, local_args: tuple) -> Any:
+    def _dispatch(self, fn: str, args: tuple, local: Callable, local_args: tuple) -> Any:
         """Send to the next sampler process (round-robin) with the ring slot to write the
         batch's features into, or run on the local thread pool."""
         if self.workers:
@@ -225,7 +225,7 @@ class DistLoader:
         served), cache_hit_rate, cache_rows, hop_requests / hop_bytes. The counters of a sampler
         process are shared by the loaders it serves (train and eval loaders of one trainer)."""
         if self.workers:
-            calls = [rpc.call_async(w, server.remote_stats) for w in self.workers]
+            calls = [rpc.call_async(w, "stats") for w in self.workers]
             totals = _sum_stats([c.wait() for c in calls])
         else:
             hops = self.sampler.stats
@@ -290,14 +290,10 @@ class DistNeighborLoader(DistLoader):
 
     def _submit(self, index: Tensor, seed: int) -> Any:
         seeds = self.input_nodes[index]
-        if self.input_time is None:
-            args = (self.spec, seeds, index, self.input_type, seed)
-            sample = self.sampler.sample_batch
-            return self._dispatch(server.remote_sample_batch, args, sample, args[1:])
-        times = self.input_time[index]
-        args = (self.spec, seeds, times, index, self.input_type, seed)
+        times = None if self.input_time is None else self.input_time[index]
+        args = (self.spec, seeds, index, self.input_type, seed, times)
         local_args = (seeds, index, self.input_type, seed, None, times)
-        return self._dispatch(remote_sample_batch_at, args, self.sampler.sample_batch, local_args)
+        return self._dispatch("sample_batch", args, self.sampler.sample_batch, local_args)
 
 
 class DistLinkNeighborLoader(DistLoader):
@@ -367,4 +363,4 @@ class DistLinkNeighborLoader(DistLoader):
 
     def _submit(self, index: Tensor, seed: int) -> Any:
         args = (self.spec, self.make_batch(index, seed), self.mode, seed)
-        return self._dispatch(server.remote_sample_edges, args, self.sampler.sample_edges, args[1:])
+        return self._dispatch("sample_edges", args, self.sampler.sample_edges, args[1:])

@@ -1,9 +1,11 @@
 """What a process holding partition p answers over RPC, and the sampler-process main loop.
 
 Any process that holds a partition (every sampler process; a trainer sampling in-process)
-registers its stores here BEFORE joining the RPC group, so no request can arrive first. The
-module-level `remote_*` functions are the RPC entry points: peers call them by qualified name
-and they run on this process's RPC threads against the registered stores.
+registers its stores (`endpoints.register`) BEFORE joining the RPC group, so no request can
+arrive first. The `remote_*` functions below are the service table, every endpoint a peer can
+call, by name (`rpc.call_async(peer, "hop", args)`): hop (with optional seed times), features,
+sample_batch (with optional seed times), sample_edges, stats, ping, stop. They run on this
+process's RPC threads against the registered stores.
 
 `serve(runtime, cfg)` is the sampler process: load the node's partition (memory-mapped), join
 RPC, answer requests until its trainer says stop (or is gone, or SIGTERM), leave RPC, exit.
@@ -22,98 +24,84 @@ import torch
 from torch import Tensor
 
 from app.config import Config
-from app.distributed import rpc, shm
+from app.distributed import endpoints, rpc, shm
 from app.distributed.context import DistContext
+from app.distributed.endpoints import endpoint
 from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.graph_store import LocalGraphStore
+from app.distributed.sampler import hop_stats, local_hop, sampler_for
 from app.distributed.shm import SlotWriter
 from app.runtime import Runtime, tune_process, worker_name
 
 log = logging.getLogger("distgnn")
 
-_service: dict[str, Any] = {}
-_samplers: dict[str, Any] = {}
-_samplers_lock = threading.Lock()
 _stop = threading.Event()
 PING_EVERY_S = 2.0
+register = endpoints.register  # this process serves its stores (before joining RPC)
 
 
-def register(feature_store: LocalFeatureStore, graph_store: LocalGraphStore, router: Any) -> None:
-    """Make this process answer hop / feature / batch requests for its partition."""
-    feature_store.router = feature_store.router or router
-    _service.update(fs=feature_store, gs=graph_store, router=router)
+# -- the endpoints (what peers call, by name) ---------------------------------------------------
 
 
-def _stores() -> tuple[LocalFeatureStore, LocalGraphStore]:
-    if "gs" not in _service:
-        raise RuntimeError(f"{rpc.current_name()} holds no partition (nothing registered)")
-    return _service["fs"], _service["gs"]
+@endpoint("hop")
+def remote_hop(jobs: list, replace: bool, strategy: str = "uniform") -> list:
+    """One hop of every job [(edge type, frontier, fan-out, seed, seed times or None)] on this
+    partition; with seed times, no neighbour later than its entry's time (temporal sampling)."""
+    jobs = [(et, f.numpy(), k, sd, None if t is None else t.numpy()) for et, f, k, sd, t in jobs]
+    hops = local_hop(endpoints.stores()[1], jobs, replace, strategy)
+    return [tuple(torch.from_numpy(a) for a in r) for r in hops]
 
 
-def _sampler(spec: Any) -> Any:
-    """The process's sampler for `spec` (built once, shared by its RPC threads)."""
-    from app.distributed.sampler import DistNeighborSampler
-
-    key = spec.key()
-    with _samplers_lock:
-        if key not in _samplers:
-            _samplers[key] = DistNeighborSampler.from_spec(_stores(), spec, _service["router"])
-        return _samplers[key]
-
-
-# -- RPC entry points ---------------------------------------------------------------------------
-
-
-def remote_hop(jobs: list, replace: bool) -> list:
-    """One hop of every job [(edge type, frontier, fan-out, seed)] on this partition."""
-    from app.distributed.sampler import local_hop
-
-    jobs = [(et, f.numpy(), k, seed) for et, f, k, seed in jobs]
-    return [tuple(torch.from_numpy(a) for a in r) for r in local_hop(_stores()[1], jobs, replace)]
-
-
+@endpoint("features")
 def remote_features(group: Any, ids: Tensor, attrs: list[str]) -> dict[str, Tensor]:
     """Rows of `attrs` for owned global `ids`, in request order."""
-    return _stores()[0].local_get(ids, group, attrs)
+    return endpoints.stores()[0].local_get(ids, group, attrs)
 
 
+@endpoint("sample_batch")
 def remote_sample_batch(
-    spec: Any, seeds: Tensor, input_id: Tensor, input_type: Any, seed: int, slot: str | None
-) -> Any:
+    spec: Any, seeds: Tensor, input_id: Tensor, input_type: Any, seed: int,
+    seed_time: Tensor | None, slot: str | None,
+) -> Any:  # fmt: skip
     """A trainer's seed batch → Data / HeteroData with features (runs in a sampler process);
-    with `slot`, the features are written into that shared-memory ring slot."""
+    `seed_time`: one per seed (temporal sampling); with `slot`, the features are written into
+    that shared-memory ring slot."""
     alloc = SlotWriter(slot) if slot else None
-    data = _sampler(spec).sample_batch(seeds, input_id, input_type, seed, alloc)
+    data = sampler_for(spec).sample_batch(seeds, input_id, input_type, seed, alloc, seed_time)
     return alloc.export(data) if alloc else data
 
 
+@endpoint("sample_edges")
 def remote_sample_edges(
     spec: Any, batch: dict[str, Tensor], mode: str, seed: int, slot: str | None
 ) -> Any:
     """A trainer's edge batch (positives + negatives) → Data for link prediction."""
     alloc = SlotWriter(slot) if slot else None
-    data = _sampler(spec).sample_edges(batch, mode, seed, alloc)
+    data = sampler_for(spec).sample_edges(batch, mode, seed, alloc)
     return alloc.export(data) if alloc else data
 
 
+@endpoint("stats")
 def remote_stats() -> dict[str, float]:
     """This process so far: remote hop requests/bytes, remote feature rows/bytes and halo cache
     hits (`LocalFeatureStore.counters`), CPU seconds, minor page faults."""
-    fs = _service.get("fs")
-    hops = [s.stats for s in _samplers.values()]
+    fs = endpoints.feature_store()
+    requests, nbytes = hop_stats()
     return {
-        "hop_requests": sum(h.requests for h in hops),
-        "hop_bytes": sum(h.bytes for h in hops),
+        "hop_requests": requests,
+        "hop_bytes": nbytes,
         **(fs.counters() if fs else {}),
         "cpu_s": time.process_time(),
         "minflt": resource.getrusage(resource.RUSAGE_SELF).ru_minflt,
     }
 
 
+@endpoint("ping")
 def remote_ping() -> bool:
     return True
 
 
+@endpoint("stop")
 def remote_stop() -> bool:
     _stop.set()
     return True
@@ -132,7 +120,7 @@ def load_stores(root: str, pid: int) -> tuple[LocalFeatureStore, LocalGraphStore
 
 def _trainer_alive(trainer: str) -> bool:
     try:
-        rpc.call_async(trainer, remote_ping).wait()
+        rpc.call_async(trainer, "ping").wait()
         return True
     except rpc.PeerError as err:
         log.error("stopping: %s", err)
@@ -182,7 +170,7 @@ def serve(runtime: Runtime, cfg: Config) -> int:
 def stop_samplers(ctx: DistContext) -> None:
     """Tell this trainer's sampler processes to leave (best effort: a dead one is skipped)."""
     calls = [
-        rpc.call_async(worker_name("sampler", ctx.partition_idx, ctx.local_rank, w), remote_stop)
+        rpc.call_async(worker_name("sampler", ctx.partition_idx, ctx.local_rank, w), "stop")
         for w in range(ctx.num_workers)
     ]
     for call in calls:
