@@ -75,7 +75,11 @@ class SamplerConfig:
     temporal_strategy: str = "uniform"
     concurrency: int = 2  # batches in flight per trainer (bounded channel depth)
     rpc_timeout_s: float = 60.0
-    feature_cache_size: int = 0  # rows of remote (halo) features cached per process
+    # Rows of remote (halo) node features cached per node (0: off): the halo nodes most reached
+    # from this partition's in-edges, filled once at start, shared by the node's processes.
+    # 100k rows covers the whole halo of a 2-way split of a ~200k-node graph and ~1/4 of an
+    # ogbn-products half (about 40 MB at 100 float32 features).
+    feature_cache_size: int = 100_000
 
 
 @dataclass

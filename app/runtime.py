@@ -97,3 +97,51 @@ def node_workers(node_rank: int, procs_per_node: int, num_workers: int) -> list[
         for w in range(num_workers)
     ]
     return names
+
+
+# -- per-process CPU settings -----------------------------------------------------------------
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters
+_MMAP_MAX = 32 << 20  # glibc's ceiling for M_MMAP_THRESHOLD on 64-bit
+
+
+def tune_process(role: str) -> dict[str, int]:
+    """Thread counts and allocator settings for a `role` process; returns what was set.
+
+    A node runs T trainers and T*W sampler processes; the launcher splits its cores between
+    them (OMP_NUM_THREADS / MKL_NUM_THREADS per child). A trainer computes with torch, so its
+    intra-op pool takes that share (`OMP_NUM_THREADS`, default 1). A sampler's work is the numba
+    kernels (single-threaded, they release the GIL), numpy gathers and RPC handler threads: one
+    torch thread and one numba thread, so W samplers never oversubscribe the cores the trainer
+    uses. Samplers also keep freed heap memory (no trim, large blocks from the heap up to
+    32 MB) instead of returning it to the kernel after every batch: each batch's tens of MB of
+    temporaries then reuse pages already faulted in, rather than faulting in fresh ones.
+    """
+    import torch
+
+    threads = 1 if role == "sampler" else max(1, int(os.environ.get("OMP_NUM_THREADS", "1")))
+    torch.set_num_threads(threads)
+    out = {"torch_threads": threads}
+    try:
+        import numba
+
+        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+        out["numba_threads"] = numba.get_num_threads()
+    except (ImportError, ValueError):  # numba absent, or its pool already fixed smaller
+        pass
+    if role == "sampler":
+        out["malloc_tuned"] = int(_keep_heap())
+    return out
+
+
+def _keep_heap() -> bool:
+    """glibc: never trim the heap, serve blocks up to 32 MB from it (False if not glibc)."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(
+            libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30) and libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_MAX)
+        )
+    except (OSError, AttributeError):
+        return False

@@ -6,10 +6,15 @@
 * distributed: a 2-partition METIS job on 127.0.0.1 — 2 trainers running AT ONCE, each with one
   sampler process (`app.distributed.server.serve`), `DistNeighborLoader(num_workers=1)`;
 
-both with fan-out [15, 10, 5], batch 1024, features + labels gathered. Recorded: seeds/s and
-sampled edges/s per trainer (and the ratio to local), remote hop requests / bytes and remote
-feature rows / bytes per batch, and the summed PSS of one node's processes vs the partition's
-on-disk bytes (plus the PSS of an idle process with the same imports = fixed overhead).
+both with fan-out [15, 10, 5], batch 1024, features + labels gathered. The distributed job runs
+twice, with the halo feature cache off and at its default size. Recorded per trainer, over the
+timed batches (after the warm-up, which compiles kernels and fills the cache): seeds/s and
+sampled edges/s (ratio to local), sampler CPU-seconds per batch (ratio to the local loader's),
+minor page faults per batch of sampler and trainer, remote hop requests / bytes and remote
+feature rows / bytes per batch (with the cache: ratio to without, and its hit rate), the
+shared-memory ring's depth; graph.pt bytes per edge of part 0; and the summed PSS of one node's
+processes vs the partition's on-disk bytes (plus the PSS of an idle process with the same
+imports = fixed overhead).
 """
 
 from __future__ import annotations
@@ -21,11 +26,14 @@ import sys
 import time
 from pathlib import Path
 
+from app.config import SamplerConfig
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = "dist_sampling"
 FANOUT = [15, 10, 5]
 BATCH = 1024
 WARMUP, TIMED = 2, 12
+CACHE_ROWS = SamplerConfig.feature_cache_size  # the default halo cache (also run with 0: off)
 
 
 def _graph(num_nodes: int):
@@ -50,11 +58,13 @@ def _batches(loader):
         yield from loader
 
 
-def _time_batches(loader) -> tuple[float, int, int]:
-    """(seconds, seeds, sampled edges) over TIMED batches after WARMUP."""
+def _time_batches(loader, after_warmup=None) -> tuple[float, int, int]:
+    """(seconds, seeds, sampled edges) over TIMED batches after WARMUP (then `after_warmup()`)."""
     it = _batches(loader)
     for _ in range(WARMUP):
         next(it)
+    if after_warmup is not None:
+        after_warmup()
     seeds = edges = 0
     start = time.perf_counter()
     for _ in range(TIMED):
@@ -68,14 +78,10 @@ def _local(data) -> dict:
     from app.loader.node_loader import NeighborLoader
 
     loader = NeighborLoader(data, FANOUT, input_nodes=None, batch_size=BATCH, shuffle=True)
-    cpu = time.process_time()
-    secs, seeds, edges = _time_batches(loader)
-    cpu = time.process_time() - cpu
-    return {
-        "seeds_s": seeds / secs,
-        "edges_s": edges / secs,
-        "cpu_per_batch": cpu / (WARMUP + TIMED),
-    }
+    cpu = [0.0]
+    secs, seeds, edges = _time_batches(loader, lambda: cpu.__setitem__(0, time.process_time()))
+    cpu = time.process_time() - cpu[0]
+    return {"seeds_s": seeds / secs, "edges_s": edges / secs, "cpu_per_batch": cpu / TIMED}
 
 
 # -- distributed job ------------------------------------------------------------------------------
@@ -108,7 +114,16 @@ def _disk_bytes(root: Path, part: int) -> int:
     return sum(f.stat().st_size for f in files if f.exists())
 
 
-def _launch(root: Path, workdir: Path, port: int) -> dict[str, subprocess.Popen]:
+def _graph_bytes(root: Path, part: int) -> tuple[int, int]:
+    """(bytes of part `part`'s graph.pt, its edges): what the topology costs per edge."""
+    import torch
+
+    path = root / f"part_{part}" / "graph.pt"
+    g = torch.load(path, weights_only=True, mmap=True)
+    return path.stat().st_size, int(g["row"].numel())
+
+
+def _launch(root: Path, workdir: Path, port: int, cache: int) -> dict[str, subprocess.Popen]:
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     procs = {}
     for role, node in [("sampler", 0), ("sampler", 1), ("trainer", 0), ("trainer", 1)]:
@@ -123,6 +138,7 @@ def _launch(root: Path, workdir: Path, port: int) -> dict[str, subprocess.Popen]
             str(root),
             str(workdir),
             str(port),
+            str(cache),
         ]
         with open(workdir / f"{name}.log", "w") as log:
             procs[name] = subprocess.Popen(
@@ -142,10 +158,13 @@ def _wait_files(paths: list[Path], procs: dict, timeout: float) -> None:
         time.sleep(0.2)
 
 
-def _distributed(root: Path, workdir: Path) -> dict:
+def _distributed(root: Path, workdir: Path, cache: int) -> dict:
     from tests.dist.conftest import free_port
 
-    procs = _launch(root, workdir, free_port())
+    workdir.mkdir(exist_ok=True)
+    for f in workdir.iterdir():
+        f.unlink()
+    procs = _launch(root, workdir, free_port(), cache)
     try:
         _wait_files([workdir / f"trainer{n}.json" for n in (0, 1)], procs, 900)
         node0 = [procs["trainer0"].pid, procs["sampler0"].pid]
@@ -163,7 +182,39 @@ def _distributed(root: Path, workdir: Path) -> dict:
         "pss_node0": pss,
         "mapped_node0": mapped,
         "disk_node0": _disk_bytes(root, 0),
+        "graph_node0": _graph_bytes(root, 0),
     }
+
+
+def _record_rank(name: str, res: dict, local: dict) -> None:
+    from bench.common import record
+
+    n = res["batches"]
+    for key, unit in (("seeds_s", "seeds/s"), ("edges_s", "edges/s")):
+        record(
+            BENCH,
+            f"{name}_{key.replace('_s', '_per_s')}",
+            res[key],
+            unit,
+            f"local_{key.replace('_s', '_per_s')}",
+            res[key] / local[key],
+        )
+    record(
+        BENCH,
+        f"{name}_sampler_cpu_per_batch",
+        res["sampler_cpu_s"] / n,
+        "s",
+        "local_cpu_per_batch",
+        res["sampler_cpu_s"] / n / local["cpu_per_batch"],
+    )
+    record(BENCH, f"{name}_trainer_cpu_per_batch", res["trainer_cpu_s"] / n, "s")
+    record(BENCH, f"{name}_wall_per_batch", res["wall_s"] / n, "s")
+    record(BENCH, f"{name}_sampler_minflt_per_batch", res["sampler_minflt"] / n, "faults")
+    record(BENCH, f"{name}_trainer_minflt_per_batch", res["trainer_minflt"] / n, "faults")
+    record(BENCH, f"{name}_hop_requests_per_batch", res["hop_requests"] / n, "requests")
+    record(BENCH, f"{name}_hop_bytes_per_batch", res["hop_bytes"] / n, "bytes")
+    record(BENCH, f"{name}_feature_rows_per_batch", res["feature_rows"] / n, "rows")
+    record(BENCH, f"{name}_feature_bytes_per_batch", res["feature_bytes"] / n, "bytes")  # fmt: skip
 
 
 def _runtime(role: str, node: int, root: str, workdir: str, port: int):
@@ -175,9 +226,21 @@ def _runtime(role: str, node: int, root: str, workdir: str, port: int):
                    config_path="", partition_root=root)  # fmt: skip
 
 
-def _child(role: str, node: int, root: str, workdir: str, port: int) -> int:
+def _stats(worker: str) -> dict:
+    from app.distributed import rpc
+
+    return rpc.call_async(worker, "stats").wait()
+
+
+def _minflt() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def _child(role: str, node: int, root: str, workdir: str, port: int, cache: int) -> int:
     from app.config import Config
-    from app.distributed import DistContext, DistNeighborLoader, rpc, server
+    from app.distributed import DistContext, DistNeighborLoader, server
 
     rt = _runtime(role, node, root, workdir, port)
     if role == "sampler":
@@ -186,14 +249,22 @@ def _child(role: str, node: int, root: str, workdir: str, port: int) -> int:
     failed = True
     try:
         loader = DistNeighborLoader(root, FANOUT, batch_size=BATCH, shuffle=True, current_ctx=ctx,
-                                    num_workers=1, concurrency=2, master_port=port, rpc_timeout=120.0)  # fmt: skip
-        worker = loader.workers[0]
-        cpu0 = time.process_time(), rpc.call_async(worker, server.remote_stats).wait()["cpu_s"]
-        secs, seeds, edges = _time_batches(loader)
-        stats = rpc.call_async(worker, server.remote_stats).wait()
+                                    num_workers=1, concurrency=2, master_port=port, rpc_timeout=120.0,
+                                    feature_cache_size=cache)  # fmt: skip
+        worker, start = loader.workers[0], {}
+
+        def _start() -> None:  # after the warm-up batches (kernel compile, cache fill)
+            start.update(cpu=time.process_time(), flt=_minflt(), sampler=_stats(worker))
+            loader.data_stats()
+
+        secs, seeds, edges = _time_batches(loader, _start)
+        end, stats = _stats(worker), loader.data_stats()
         out = {"seeds_s": seeds / secs, "edges_s": edges / secs, "worker": worker,
-               "batches": WARMUP + TIMED, "trainer_cpu_s": time.process_time() - cpu0[0],
-               "sampler_cpu_s": stats.pop("cpu_s") - cpu0[1], "wall_s": secs, **stats}  # fmt: skip
+               "batches": TIMED, "trainer_cpu_s": time.process_time() - start["cpu"],
+               "trainer_minflt": _minflt() - start["flt"], "wall_s": secs,
+               "sampler_cpu_s": end["cpu_s"] - start["sampler"]["cpu_s"],
+               "sampler_minflt": end["minflt"] - start["sampler"]["minflt"],
+               "ring_depth": loader.ring.depth, **stats}  # fmt: skip
         Path(workdir, f"trainer{node}.json").write_text(json.dumps(out))
         deadline = time.monotonic() + 120
         while not Path(workdir, "measured").exists() and time.monotonic() < deadline:
@@ -243,39 +314,23 @@ def main() -> None:
     _partition(data, root, 2)
     local = _local(data)
     del data
-    workdir = base / "run"
-    workdir.mkdir(exist_ok=True)
-    for f in workdir.iterdir():
-        f.unlink()
-    dist = _distributed(root, workdir)
+    nocache = _distributed(root, base / "run_nocache", 0)
+    dist = _distributed(root, base / "run", CACHE_ROWS)
     record(BENCH, "local_seeds_per_s", local["seeds_s"], "seeds/s")
     record(BENCH, "local_edges_per_s", local["edges_s"], "edges/s")
     record(BENCH, "local_cpu_per_batch", local["cpu_per_batch"], "s")
-    for r, res in enumerate(dist["ranks"]):
-        record(
-            BENCH,
-            f"dist2_rank{r}_seeds_per_s",
-            res["seeds_s"],
-            "seeds/s",
-            "local",
-            res["seeds_s"] / local["seeds_s"],
-        )
-        record(
-            BENCH,
-            f"dist2_rank{r}_edges_per_s",
-            res["edges_s"],
-            "edges/s",
-            "local",
-            res["edges_s"] / local["edges_s"],
-        )
-        n = res["batches"]
-        record(BENCH, f"dist2_rank{r}_trainer_cpu_per_batch", res["trainer_cpu_s"] / n, "s")
-        record(BENCH, f"dist2_rank{r}_sampler_cpu_per_batch", res["sampler_cpu_s"] / n, "s")
-        record(BENCH, f"dist2_rank{r}_wall_per_batch", res["wall_s"] / TIMED, "s")
-        record(BENCH, f"dist2_rank{r}_hop_requests_per_batch", res["hop_requests"] / n, "requests")
-        record(BENCH, f"dist2_rank{r}_hop_bytes_per_batch", res["hop_bytes"] / n, "bytes")
-        record(BENCH, f"dist2_rank{r}_feature_rows_per_batch", res["feature_rows"] / n, "rows")
-        record(BENCH, f"dist2_rank{r}_feature_bytes_per_batch", res["feature_bytes"] / n, "bytes")
+    for r, (res, off) in enumerate(zip(dist["ranks"], nocache["ranks"], strict=True)):
+        _record_rank(f"dist2_rank{r}", res, local)
+        _record_rank(f"dist2_nocache_rank{r}", off, local)
+        n, m = res["batches"], off["batches"]
+        record(BENCH, f"dist2_rank{r}_cache_hit_rate", res["cache_hit_rate"], "fraction")
+        record(BENCH, f"dist2_rank{r}_cache_rows", res["cache_rows"], "rows")
+        record(BENCH, f"dist2_rank{r}_ring_depth", res["ring_depth"], "slots")
+        record(BENCH, f"dist2_rank{r}_remote_feature_bytes_vs_nocache", res["feature_bytes"] / n,
+               "bytes", f"dist2_nocache_rank{r}_feature_bytes_per_batch",
+               (res["feature_bytes"] / n) / max(off["feature_bytes"] / m, 1))  # fmt: skip
+    graph = dist["graph_node0"]
+    record(BENCH, "partition0_graph_bytes_per_edge", graph[0] / graph[1], "bytes/edge")
     idle = _idle_pss()
     disk, pss = dist["disk_node0"], dist["pss_node0"]
     record(BENCH, "partition0_disk_bytes", disk, "bytes")
@@ -298,5 +353,6 @@ def main() -> None:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         sys.path.insert(0, str(ROOT))
-        sys.exit(_child(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], int(sys.argv[6])))
+        args = sys.argv[2:]
+        sys.exit(_child(args[0], int(args[1]), args[2], args[3], int(args[4]), int(args[5])))
     main()

@@ -9,6 +9,7 @@ the local gather runs, then scatters every answer back into request order.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,8 @@ from torch_geometric.data.feature_store import _FieldStatus
 
 from app.distributed import rpc
 from app.distributed.graph_store import owner_of
+from app.distributed.halo_cache import HaloCache, load_or_fill
+from app.distributed.routing import split_by_owner
 from app.partition.book import DictPartitionBook, PartitionBook
 from app.partition.reader import PartitionData, load_partition
 
@@ -58,8 +61,13 @@ class LocalFeatureStore(FeatureStore):
         self.node_feat_pb: PartitionBook | dict[str, PartitionBook] | None = None
         self.meta: dict[str, Any] = {"is_hetero": False}
         self.router: rpc.RPCRouter | None = None
-        self.remote_rows = 0  # rows fetched by RPC so far (bench statistics)
+        self.remote_rows = 0  # rows fetched by RPC so far (statistics)
         self.remote_bytes = 0
+        self.cache_hits = 0  # remote rows served by the halo cache instead
+        self.root: Path | None = None  # partition folder (where the halo cache file goes)
+        self.cache: HaloCache | None = None
+        self._cache_want: tuple[int, Any] | None = None  # (rows, graph store to rank by)
+        self._cache_lock = threading.Lock()
         self._views: dict[tuple[int, Any], np.ndarray] = {}
 
     # -- construction -------------------------------------------------------------------------
@@ -78,6 +86,7 @@ class LocalFeatureStore(FeatureStore):
             part.meta,
         )
         store.node_feat_pb = part.book
+        store.root = part.root
         groups = part.node_feats.items() if part.is_hetero else [(None, part.node_feats)]
         for group, nf in groups:
             store._global_id[group] = nf["global_id"]
@@ -172,6 +181,34 @@ class LocalFeatureStore(FeatureStore):
             return np.full(ids.shape, self.partition_idx, np.int64)
         return owner_of(self.node_feat_pb[group] if self.is_hetero else self.node_feat_pb, ids)
 
+    # -- halo cache ---------------------------------------------------------------------------
+
+    def use_cache(self, rows: int, graph_store: Any) -> None:
+        """Serve the `rows` most-sampled halo nodes' features from a node-wide cache (filled
+        on the first remote lookup; see `halo_cache`). 0 turns it off."""
+        if (self._cache_want or (0,))[0] != rows:
+            self._cache_want, self.cache = ((rows, graph_store) if rows else None), None
+
+    def _halo_cache(self) -> HaloCache | None:
+        if self._cache_want is None or self.num_partitions == 1:
+            return None
+        with self._cache_lock:
+            if self.cache is None:
+                rows, gs = self._cache_want  # another process may be filling: wait that long
+                self.cache = load_or_fill(self, gs, self.root, rows, 4 * rpc.rpc_timeout())
+        return self.cache
+
+    def counters(self) -> dict[str, float]:
+        """Remote feature traffic so far: rows/bytes fetched by RPC, rows served by the cache."""
+        asked = self.remote_rows + self.cache_hits
+        return {
+            "feature_rows": self.remote_rows,
+            "feature_bytes": self.remote_bytes,
+            "cache_hits": self.cache_hits,
+            "cache_rows": self.cache.num_rows if self.cache is not None else 0,
+            "cache_hit_rate": self.cache_hits / asked if asked else 0.0,
+        }
+
     # -- distributed lookup -------------------------------------------------------------------
 
     def fetch(
@@ -179,34 +216,52 @@ class LocalFeatureStore(FeatureStore):
         ids: Tensor,
         group: Group = None,
         attrs: Sequence[str] | None = None,
+        cache: bool = True,
         alloc: Alloc | None = None,
     ) -> dict[str, Tensor]:
         """`attrs` (default: all) of any global `ids`, local and remote, in request order.
 
-        `alloc(name, shape, dtype)` provides the output arrays (e.g. in shared memory).
+        Remote rows come from the halo cache when it holds them (`cache`), else from their
+        owners by RPC. `alloc(name, shape, dtype)` provides the output arrays (e.g. shared
+        memory).
         """
-        from app.distributed.sampler import split_by_owner
-        from app.distributed.server import remote_features
-
         attrs = list(self.attr_names(group) if attrs is None else attrs)
         if not attrs:
             return {}
         ids_np = ids.numpy()
-        split = split_by_owner(self.owner(ids_np, group))
+        owner = self.owner(ids_np, group)
+        split = split_by_owner(owner)
         if split == {self.partition_idx: None}:
             return self.local_get(ids_np, group, attrs, alloc)
-        if self.router is None and set(split) != {self.partition_idx}:
+        halo = self._halo_cache() if cache else None
+        hits = None
+        if halo is not None:  # cached rows: a pseudo-partition past the last real one
+            remote = np.flatnonzero(owner != self.partition_idx)
+            hit, rows = halo.lookup(ids_np[remote], group)
+            if rows.size:
+                owner = owner.copy()
+                owner[remote[hit]] = self.num_partitions
+                split, hits = split_by_owner(owner), rows
+        # positions per partition (None, "all of them", spelled out: the slow path from here)
+        split = {p: np.arange(ids_np.size) if i is None else i for p, i in split.items()}
+        if hits is not None:
+            cached = split.pop(self.num_partitions)
+            self.cache_hits += hits.size
+        if self.router is None and set(split) - {self.partition_idx}:
             raise RuntimeError(
                 f"ids of partitions {sorted(split)} requested but this store has no RPC router"
             )
         calls = {  # every remote request is in flight before the local gather starts
             p: rpc.call_partition(
-                self.router, p, remote_features, (group, torch.from_numpy(ids_np[idx]), attrs)
+                self.router, p, "features", (group, torch.from_numpy(ids_np[idx]), attrs)
             )
             for p, idx in split.items()
             if p != self.partition_idx
         }
         out: dict[str, np.ndarray] = {}
+        if hits is not None:
+            got = {a: torch.from_numpy(halo.rows(group, a)[hits]) for a in attrs}
+            self._place(out, cached, got, ids.numel(), alloc)
         if self.partition_idx in split:
             idx = split[self.partition_idx]
             self._place(out, idx, self.local_get(ids_np[idx], group, attrs), ids.numel(), alloc)

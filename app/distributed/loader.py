@@ -11,7 +11,6 @@ peer surfaces as `PeerError` naming it.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -23,11 +22,13 @@ import torch
 from torch import Tensor
 from torch_geometric.sampler import NegativeSampling
 
+from app.config import SamplerConfig
 from app.distributed import rpc, server
 from app.distributed.context import DistContext
 from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.graph_store import LocalGraphStore
-from app.distributed.sampler import DistNeighborSampler, remote_sample_batch_at
+from app.distributed.sampler import DistNeighborSampler
+from app.distributed.shm import BatchRing
 from app.runtime import worker_name
 from app.sampler.kernel import derive_seed
 
@@ -43,6 +44,27 @@ class _Pending:
 
     def wait(self) -> Any:
         return self.future.result(timeout=self.timeout)
+
+
+_LEVELS = ("cache_rows", "cache_hit_rate", "cpu_s", "minflt")  # not counters: not differenced
+
+
+def _sum_stats(stats: list[dict[str, float]]) -> dict[str, float]:
+    keys = {k for s in stats for k in s}
+    return {k: sum(s.get(k, 0) for s in stats) for k in keys}
+
+
+class _InSlot:
+    """A batch requested from a sampler process, to be written into ring slot `slot`."""
+
+    def __init__(self, call: rpc.PendingCall, ring: BatchRing, slot: str) -> None:
+        self.call, self.ring, self.slot = call, ring, slot
+
+    def wait(self) -> Any:
+        return self.call.wait()
+
+    def attach(self, data: Any) -> Any:
+        return self.ring.attach(data, self.slot)
 
 
 class DistLoader:
@@ -70,12 +92,14 @@ class DistLoader:
         seed: int = 0,
         transform: Callable | None = None,
         attrs: list[str] | None = None,
+        feature_cache_size: int = SamplerConfig.feature_cache_size,
         **_: Any,
     ) -> None:
-        if batch_size <= 0 or concurrency <= 0 or num_workers < 0:
+        if batch_size <= 0 or concurrency <= 0 or num_workers < 0 or feature_cache_size < 0:
             raise ValueError(
-                f"batch_size={batch_size}, concurrency={concurrency}, num_workers={num_workers}: "
-                "need batch_size > 0, concurrency > 0, num_workers >= 0"
+                f"batch_size={batch_size}, concurrency={concurrency}, num_workers={num_workers}, "
+                f"feature_cache_size={feature_cache_size}: need batch_size > 0, concurrency > 0, "
+                "num_workers >= 0, feature_cache_size >= 0 (sampler.feature_cache_size=0: off)"
             )
         self.ctx = current_ctx
         self.feature_store, self.graph_store = self._stores(data)
@@ -88,7 +112,7 @@ class DistLoader:
             router = rpc.RPCRouter.for_context(current_ctx)
         self.sampler = DistNeighborSampler(
             (self.feature_store, self.graph_store), num_neighbors, replace, subgraph_type,
-            disjoint, temporal_strategy, time_attr, router, attrs,
+            disjoint, temporal_strategy, time_attr, router, attrs, feature_cache_size,
         )  # fmt: skip
         if current_ctx is not None:
             if num_workers == 0:  # this trainer is the process that serves its partition
@@ -103,8 +127,9 @@ class DistLoader:
         if num_workers and current_ctx is None:
             raise ValueError(f"num_workers={num_workers} needs current_ctx (sampler processes)")
         self._pool = ThreadPoolExecutor(concurrency) if not self.workers else None
-        # sampler processes share this node: features come back through /dev/shm, not RPC
-        self.spec = dataclasses.replace(self.sampler.spec, shm=bool(self.workers))
+        self.spec = self.sampler.spec
+        # sampler processes share this node: features come back through reused /dev/shm slots
+        self.ring = BatchRing() if self.workers else None
         self._next_worker = 0
         # a batch makes one round of calls per hop plus the feature fetch, each bounded by
         # rpc_timeout: waiting longer for the whole batch lets the inner error name the culprit
@@ -157,7 +182,7 @@ class DistLoader:
                 break
         try:
             while window:
-                out = server.attach_shm(window.popleft().wait())
+                out = self._attach(window.popleft())
                 nxt = next(todo, None)
                 if nxt is not None:
                     window.append(self._submit(nxt[1], derive_seed(self.seed, epoch, nxt[0])))
@@ -172,17 +197,46 @@ class DistLoader:
         shared-memory files are unlinked now rather than when the sampler exits."""
         for pending in window:
             try:
-                server.attach_shm(pending.wait())
+                DistLoader._attach(pending)
             except Exception as err:  # the epoch is over; a failed leftover batch changes nothing
                 log.debug("dropped an in-flight batch: %s", err)
 
-    def _dispatch(self, fn: Callable, args: tuple, local: Callable, local_args: tuple) -> Any:
-        """Send to the next sampler process (round-robin), or run on the local thread pool."""
+    def _dispatch(self, fn: str, args: tuple, local: Callable, local_args: tuple) -> Any:
+        """Send to the next sampler process (round-robin) with the ring slot to write the
+        batch's features into, or run on the local thread pool."""
         if self.workers:
             peer = self.workers[self._next_worker % len(self.workers)]
             self._next_worker += 1
-            return rpc.call_async(peer, fn, args, self.ctx.partition_idx, self._batch_timeout)
+            slot = self.ring.acquire()
+            args = (*args, slot)
+            call = rpc.call_async(peer, fn, args, self.ctx.partition_idx, self._batch_timeout)
+            return _InSlot(call, self.ring, slot)
         return _Pending(self._pool.submit(local, *local_args), self._batch_timeout)
+
+    @staticmethod
+    def _attach(pending: Any) -> Any:
+        """Wait for a batch; map its shared-memory features (sampler processes)."""
+        out = pending.wait()
+        return pending.attach(out) if isinstance(pending, _InSlot) else out
+
+    def data_stats(self) -> dict[str, float]:
+        """Remote traffic of this loader's samplers since the last call (e.g. per epoch):
+        feature_rows / feature_bytes fetched by RPC, cache_hits (remote rows the halo cache
+        served), cache_hit_rate, cache_rows, hop_requests / hop_bytes. The counters of a sampler
+        process are shared by the loaders it serves (train and eval loaders of one trainer)."""
+        if self.workers:
+            calls = [rpc.call_async(w, "stats") for w in self.workers]
+            totals = _sum_stats([c.wait() for c in calls])
+        else:
+            hops = self.sampler.stats
+            totals = {"hop_requests": hops.requests, "hop_bytes": hops.bytes,
+                      **self.feature_store.counters()}  # fmt: skip
+        last, self._last_stats = getattr(self, "_last_stats", {}), totals
+        out = {k: v - last.get(k, 0) for k, v in totals.items() if k not in _LEVELS}
+        asked = out.get("feature_rows", 0) + out.get("cache_hits", 0)
+        out["cache_hit_rate"] = out.get("cache_hits", 0) / asked if asked else 0.0
+        out["cache_rows"] = totals.get("cache_rows", 0)
+        return out
 
     def close(self) -> None:
         """Release the local thread pool (RPC stays up for other loaders; see server.shutdown)."""
@@ -236,14 +290,10 @@ class DistNeighborLoader(DistLoader):
 
     def _submit(self, index: Tensor, seed: int) -> Any:
         seeds = self.input_nodes[index]
-        if self.input_time is None:
-            args = (self.spec, seeds, index, self.input_type, seed)
-            sample = self.sampler.sample_batch
-            return self._dispatch(server.remote_sample_batch, args, sample, args[1:])
-        times = self.input_time[index]
-        args = (self.spec, seeds, times, index, self.input_type, seed)
+        times = None if self.input_time is None else self.input_time[index]
+        args = (self.spec, seeds, index, self.input_type, seed, times)
         local_args = (seeds, index, self.input_type, seed, None, times)
-        return self._dispatch(remote_sample_batch_at, args, self.sampler.sample_batch, local_args)
+        return self._dispatch("sample_batch", args, self.sampler.sample_batch, local_args)
 
 
 class DistLinkNeighborLoader(DistLoader):
@@ -313,4 +363,4 @@ class DistLinkNeighborLoader(DistLoader):
 
     def _submit(self, index: Tensor, seed: int) -> Any:
         args = (self.spec, self.make_batch(index, seed), self.mode, seed)
-        return self._dispatch(server.remote_sample_edges, args, self.sampler.sample_edges, args[1:])
+        return self._dispatch("sample_edges", args, self.sampler.sample_edges, args[1:])

@@ -25,6 +25,7 @@ from typing import Any
 from torch.distributed import rpc
 
 from app.distributed.context import DistContext
+from app.distributed.endpoints import dispatch
 from app.runtime import node_workers
 
 log = logging.getLogger("distgnn")
@@ -228,24 +229,38 @@ class PendingCall:
 
 def call_async(
     peer: str,
-    fn: Callable,
+    fn: Callable | str,
     args: Sequence[Any] = (),
     partition: int | None = None,
     timeout: float | None = None,
 ) -> PendingCall:
     """Start `fn(*args)` on `peer`; failures (even to start) surface at `wait()` as PeerError.
 
+    `fn` is an endpoint name (see `endpoints`; what peers call each other by) or a function.
+
     `timeout` defaults to the job's RPC timeout; a call that itself makes calls (a whole batch)
     gets a longer one, so the inner failure — which names the real culprit — arrives first.
     """
-    if not is_initialized():
+    if not is_initialized() and not _agent_running():
         raise PeerError(f"RPC is not initialised in this process; cannot call {peer}")
     timeout = rpc_timeout() if timeout is None else timeout
+    if isinstance(fn, str):
+        fn, args = dispatch, (fn, *args)
     try:
         fut = rpc.rpc_async(peer, fn, args=tuple(args), timeout=timeout)
     except Exception as err:
         raise PeerError(describe_failure(err, peer, partition, timeout)) from None
     return PendingCall(fut, peer, partition, timeout)
+
+
+def _agent_running() -> bool:
+    """Whether torch's RPC agent runs although `init_rpc` here did not start it (a group
+    joined with `torch.distributed.rpc.init_rpc` directly)."""
+    try:
+        rpc.get_worker_info()
+        return True
+    except RuntimeError:
+        return False
 
 
 class RPCRouter:
@@ -275,7 +290,7 @@ class RPCRouter:
 
 
 def call_partition(
-    router: RPCRouter, partition: int, fn: Callable, args: Sequence[Any] = ()
+    router: RPCRouter, partition: int, fn: Callable | str, args: Sequence[Any] = ()
 ) -> PendingCall:
     """Start `fn(*args)` on one of the workers holding `partition`."""
     return call_async(router.get_to_worker(partition), fn, args, partition)

@@ -14,8 +14,8 @@ every frontier entry carries its seed's time to the partition that owns it, whic
 neighbours not later than that time (the graph store holds every node's time, halo included).
 Source node types without a time are not filtered, as in the local sampler.
 
-The sampler serves its own partition to peers through `local_hop` (see `server.remote_hop`;
-temporal hops go through `remote_temporal_hop`, temporal batches through `remote_sample_batch_at`).
+The sampler serves its own partition to peers through `local_hop` (the "hop" endpoint, with or
+without seed times; see `server`), and a sampler process runs trainers' batches on `sampler_for`.
 """
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 
-from app.distributed import rpc
+from app.distributed import endpoints, rpc
 from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.graph_store import LocalGraphStore
+from app.distributed.routing import split_by_owner
 from app.loader.batch import to_data, to_hetero_data
 from app.sampler.kernel import STRATEGIES, Relabeler, derive_seed, hop_seed, sample_hop
 
@@ -41,6 +42,10 @@ EdgeType = tuple[str, str, str]
 # (edge type or None, frontier global ids, fan-out, seed, seed time per frontier entry or None)
 Job = tuple[Any, np.ndarray, int, int, np.ndarray | None]
 HopResult = tuple[np.ndarray, np.ndarray, np.ndarray]  # (neighbour ids, edge ids, counts)
+
+
+_samplers: dict[str, Any] = {}  # this process's samplers by spec (see `sampler_for`)
+_samplers_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -54,7 +59,7 @@ class SamplerSpec:
     temporal_strategy: str = "uniform"
     time_attr: str | None = None
     attrs: tuple[str, ...] | None = None  # node attributes to gather (None: all)
-    shm: bool = False  # sampler process: return features through shared memory (same node)
+    cache_rows: int = 0  # halo feature cache rows (0: off)
 
     def key(self) -> str:
         return repr(self)
@@ -88,6 +93,7 @@ class DistNeighborSampler:
         time_attr: str | None = None,
         router: rpc.RPCRouter | None = None,
         attrs: Sequence[str] | None = None,
+        feature_cache_size: int = 0,
         **_: Any,
     ) -> None:
         self.feature_store, self.graph_store = data
@@ -111,12 +117,14 @@ class DistNeighborSampler:
             temporal_strategy,
             time_attr,
             None if attrs is None else tuple(attrs),
+            feature_cache_size,
         )
         self.replace, self.disjoint, self.strategy = replace, disjoint, temporal_strategy
         self.num_hops = self._check_fanouts(num_neighbors)
         self.num_neighbors = num_neighbors
         self.router = router
         self.feature_store.router = self.feature_store.router or router
+        self.feature_store.use_cache(feature_cache_size, self.graph_store)
         self.partition_idx = self.graph_store.partition_idx
         self.stats = HopStats()
         self._tls = threading.local()
@@ -127,7 +135,8 @@ class DistNeighborSampler:
     ) -> DistNeighborSampler:
         """Rebuild the sampler a trainer described (in the sampler process that serves it)."""
         return cls(data, _thaw(spec.num_neighbors), spec.replace, spec.subgraph_type, spec.disjoint,
-                   spec.temporal_strategy, spec.time_attr, router, spec.attrs)  # fmt: skip
+                   spec.temporal_strategy, spec.time_attr, router, spec.attrs,
+                   spec.cache_rows)  # fmt: skip
 
     def _check_fanouts(self, num_neighbors: Any) -> int:
         gs = self.graph_store
@@ -165,8 +174,6 @@ class DistNeighborSampler:
         (all of the hop's jobs for that partition), sent before the local part is sampled, so
         local and remote work overlap.
         """
-        from app.distributed.server import remote_hop
-
         gs = self.graph_store
         splits = [
             split_by_owner(gs.owner(job[1], t)) for job, t in zip(jobs, node_types, strict=False)
@@ -179,12 +186,7 @@ class DistNeighborSampler:
             if self.router is None:
                 raise RuntimeError(f"frontier nodes on partition {p} but no RPC router is set")
             sub = _subjobs(jobs, splits, p, torch.from_numpy)
-            if self.temporal:
-                args = (sub, self.replace, self.strategy)
-                calls[p] = rpc.call_partition(self.router, p, remote_temporal_hop, args)
-            else:  # the 4-field jobs of `server.remote_hop`
-                args = ([job[:4] for job in sub], self.replace)
-                calls[p] = rpc.call_partition(self.router, p, remote_hop, args)
+            calls[p] = rpc.call_partition(self.router, p, "hop", (sub, self.replace, self.strategy))
             self.stats.add(1, sum(job[1].numel() * (16 if self.temporal else 8) for job in sub))
         results: dict[int, list[HopResult]] = {}
         if self.partition_idx in present:
@@ -327,7 +329,7 @@ class DistNeighborSampler:
     ) -> Data | HeteroData:
         """Seeds → sampled subgraph with features and labels, in NeighborLoader's layout.
 
-        `alloc` provides the feature arrays (see `server.ShmAllocator`); default: heap.
+        `alloc` provides the feature arrays (see `shm.SlotWriter`); default: heap.
         `seed_time`: one time per seed (temporal sampling; kept as the batch's `seed_time`).
         """
         out = self.sample_from_nodes(seeds, input_type, seed, seed_time)
@@ -373,7 +375,7 @@ class DistNeighborSampler:
         attrs = self.spec.attrs
         if attrs is not None:
             attrs = [a for a in attrs if a in self.feature_store.attr_names(group)]
-        return self.feature_store.fetch(nodes, group, attrs, alloc)
+        return self.feature_store.fetch(nodes, group, attrs, alloc=alloc)
 
 
 def local_hop(
@@ -395,30 +397,29 @@ def local_hop(
         nbrs, epos, counts = sample_hop(
             colptr, row, frontier, k, replace, seed, node_time, time, strategy
         )
-        out.append((nbrs, edge_id[epos], counts))
+        # compact (int32) partitions: ids leave the partition as int64, the sampler's dtype
+        out.append(
+            (nbrs.astype(np.int64, copy=False), edge_id[epos].astype(np.int64, copy=False), counts)
+        )
     return out
 
 
-def remote_temporal_hop(jobs: list, replace: bool, strategy: str) -> list:
-    """RPC entry: one temporal hop of every job `(edge type, frontier, fan-out, seed, seed
-    time)` on this process's partition (`server.remote_hop` with seed times)."""
-    from app.distributed import server
+def sampler_for(spec: SamplerSpec) -> DistNeighborSampler:
+    """This process's sampler for `spec` over the stores it serves (built once, shared by its
+    RPC threads): what the batch endpoints run."""
+    key = spec.key()
+    with _samplers_lock:
+        if key not in _samplers:
+            _samplers[key] = DistNeighborSampler.from_spec(
+                endpoints.stores(), spec, endpoints.router()
+            )
+        return _samplers[key]
 
-    jobs = [(et, f.numpy(), k, sd, t.numpy()) for et, f, k, sd, t in jobs]
-    hops = local_hop(server._stores()[1], jobs, replace, strategy)
-    return [tuple(torch.from_numpy(a) for a in r) for r in hops]
 
-
-def remote_sample_batch_at(
-    spec: SamplerSpec, seeds: Tensor, seed_time: Tensor, input_id: Tensor, input_type: Any,
-    seed: int,
-) -> Any:  # fmt: skip
-    """RPC entry: `server.remote_sample_batch` with a time per seed (temporal sampling)."""
-    from app.distributed import server
-
-    alloc = server.ShmAllocator() if spec.shm else None
-    data = server._sampler(spec).sample_batch(seeds, input_id, input_type, seed, alloc, seed_time)
-    return alloc.export(data) if alloc else data
+def hop_stats() -> tuple[int, int]:
+    """(remote hop requests, bytes) of this process's samplers so far."""
+    stats = [s.stats for s in _samplers.values()]
+    return sum(h.requests for h in stats), sum(h.bytes for h in stats)
 
 
 def _check_temporal(graph_store: LocalGraphStore, time_attr: str | None, strategy: str) -> bool:
@@ -438,18 +439,6 @@ def _check_temporal(graph_store: LocalGraphStore, time_attr: str | None, strateg
     if not graph_store.is_hetero or not graph_store.time_types:
         graph_store.node_time(None)  # raises the one-line fix when the partition has no times
     return True
-
-
-def split_by_owner(owner: np.ndarray) -> dict[int, np.ndarray | None]:
-    """Partition → positions it owns (ascending); None means "all of them" (the common case)."""
-    if owner.size == 0:
-        return {}
-    lo, hi = int(owner.min()), int(owner.max())
-    if lo == hi:
-        return {lo: None}
-    order = np.argsort(owner, kind="stable")
-    bounds = np.cumsum(np.bincount(owner, minlength=hi + 1))
-    return {p: order[bounds[p] - c : bounds[p]] for p, c in enumerate(np.bincount(owner)) if c}
 
 
 def _subjobs(jobs: Sequence[Job], splits: list, p: int, wrap: Any) -> list:

@@ -1,9 +1,11 @@
 """What a process holding partition p answers over RPC, and the sampler-process main loop.
 
 Any process that holds a partition (every sampler process; a trainer sampling in-process)
-registers its stores here BEFORE joining the RPC group, so no request can arrive first. The
-module-level `remote_*` functions are the RPC entry points: peers call them by qualified name
-and they run on this process's RPC threads against the registered stores.
+registers its stores (`endpoints.register`) BEFORE joining the RPC group, so no request can
+arrive first. The `remote_*` functions below are the service table, every endpoint a peer can
+call, by name (`rpc.call_async(peer, "hop", args)`): hop (with optional seed times), features,
+sample_batch (with optional seed times), sample_edges, stats, ping, stop. They run on this
+process's RPC threads against the registered stores.
 
 `serve(runtime, cfg)` is the sampler process: load the node's partition (memory-mapped), join
 RPC, answer requests until its trainer says stop (or is gone, or SIGTERM), leave RPC, exit.
@@ -11,198 +13,98 @@ RPC, answer requests until its trainer says stop (or is gone, or SIGTERM), leave
 
 from __future__ import annotations
 
-import itertools
 import logging
-import mmap
-import os
+import resource
 import signal
-import tempfile
 import threading
 import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from app.config import Config
-from app.distributed import rpc
+from app.distributed import endpoints, rpc, shm
 from app.distributed.context import DistContext
+from app.distributed.endpoints import endpoint
 from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.graph_store import LocalGraphStore
-from app.runtime import Runtime, worker_name
+from app.distributed.sampler import hop_stats, local_hop, sampler_for
+from app.distributed.shm import SlotWriter
+from app.runtime import Runtime, tune_process, worker_name
 
 log = logging.getLogger("distgnn")
 
-_service: dict[str, Any] = {}
-_samplers: dict[str, Any] = {}
-_samplers_lock = threading.Lock()
 _stop = threading.Event()
 PING_EVERY_S = 2.0
+register = endpoints.register  # this process serves its stores (before joining RPC)
 
 
-def register(feature_store: LocalFeatureStore, graph_store: LocalGraphStore, router: Any) -> None:
-    """Make this process answer hop / feature / batch requests for its partition."""
-    feature_store.router = feature_store.router or router
-    _service.update(fs=feature_store, gs=graph_store, router=router)
+# -- the endpoints (what peers call, by name) ---------------------------------------------------
 
 
-def _stores() -> tuple[LocalFeatureStore, LocalGraphStore]:
-    if "gs" not in _service:
-        raise RuntimeError(f"{rpc.current_name()} holds no partition (nothing registered)")
-    return _service["fs"], _service["gs"]
+@endpoint("hop")
+def remote_hop(jobs: list, replace: bool, strategy: str = "uniform") -> list:
+    """One hop of every job [(edge type, frontier, fan-out, seed, seed times or None)] on this
+    partition; with seed times, no neighbour later than its entry's time (temporal sampling)."""
+    jobs = [(et, f.numpy(), k, sd, None if t is None else t.numpy()) for et, f, k, sd, t in jobs]
+    hops = local_hop(endpoints.stores()[1], jobs, replace, strategy)
+    return [tuple(torch.from_numpy(a) for a in r) for r in hops]
 
 
-def _sampler(spec: Any) -> Any:
-    """The process's sampler for `spec` (built once, shared by its RPC threads)."""
-    from app.distributed.sampler import DistNeighborSampler
-
-    key = spec.key()
-    with _samplers_lock:
-        if key not in _samplers:
-            _samplers[key] = DistNeighborSampler.from_spec(_stores(), spec, _service["router"])
-        return _samplers[key]
-
-
-# -- RPC entry points ---------------------------------------------------------------------------
-
-
-def remote_hop(jobs: list, replace: bool) -> list:
-    """One hop of every job [(edge type, frontier, fan-out, seed)] on this partition."""
-    from app.distributed.sampler import local_hop
-
-    jobs = [(et, f.numpy(), k, seed) for et, f, k, seed in jobs]
-    return [tuple(torch.from_numpy(a) for a in r) for r in local_hop(_stores()[1], jobs, replace)]
-
-
+@endpoint("features")
 def remote_features(group: Any, ids: Tensor, attrs: list[str]) -> dict[str, Tensor]:
     """Rows of `attrs` for owned global `ids`, in request order."""
-    return _stores()[0].local_get(ids, group, attrs)
+    return endpoints.stores()[0].local_get(ids, group, attrs)
 
 
+@endpoint("sample_batch")
 def remote_sample_batch(
-    spec: Any, seeds: Tensor, input_id: Tensor, input_type: Any, seed: int
+    spec: Any, seeds: Tensor, input_id: Tensor, input_type: Any, seed: int,
+    seed_time: Tensor | None, slot: str | None,
+) -> Any:  # fmt: skip
+    """A trainer's seed batch → Data / HeteroData with features (runs in a sampler process);
+    `seed_time`: one per seed (temporal sampling); with `slot`, the features are written into
+    that shared-memory ring slot."""
+    alloc = SlotWriter(slot) if slot else None
+    data = sampler_for(spec).sample_batch(seeds, input_id, input_type, seed, alloc, seed_time)
+    return alloc.export(data) if alloc else data
+
+
+@endpoint("sample_edges")
+def remote_sample_edges(
+    spec: Any, batch: dict[str, Tensor], mode: str, seed: int, slot: str | None
 ) -> Any:
-    """A trainer's seed batch → Data / HeteroData with features (runs in a sampler process)."""
-    alloc = ShmAllocator() if spec.shm else None
-    data = _sampler(spec).sample_batch(seeds, input_id, input_type, seed, alloc)
-    return alloc.export(data) if alloc else data
-
-
-def remote_sample_edges(spec: Any, batch: dict[str, Tensor], mode: str, seed: int) -> Any:
     """A trainer's edge batch (positives + negatives) → Data for link prediction."""
-    alloc = ShmAllocator() if spec.shm else None
-    data = _sampler(spec).sample_edges(batch, mode, seed, alloc)
+    alloc = SlotWriter(slot) if slot else None
+    data = sampler_for(spec).sample_edges(batch, mode, seed, alloc)
     return alloc.export(data) if alloc else data
 
 
+@endpoint("stats")
 def remote_stats() -> dict[str, float]:
-    """This process so far: remote hop requests/bytes, remote feature rows/bytes, CPU seconds."""
-    fs = _service.get("fs")
-    hops = [s.stats for s in _samplers.values()]
+    """This process so far: remote hop requests/bytes, remote feature rows/bytes and halo cache
+    hits (`LocalFeatureStore.counters`), CPU seconds, minor page faults."""
+    fs = endpoints.feature_store()
+    requests, nbytes = hop_stats()
     return {
-        "hop_requests": sum(h.requests for h in hops),
-        "hop_bytes": sum(h.bytes for h in hops),
-        "feature_rows": fs.remote_rows if fs else 0,
-        "feature_bytes": fs.remote_bytes if fs else 0,
+        "hop_requests": requests,
+        "hop_bytes": nbytes,
+        **(fs.counters() if fs else {}),
         "cpu_s": time.process_time(),
+        "minflt": resource.getrusage(resource.RUSAGE_SELF).ru_minflt,
     }
 
 
+@endpoint("ping")
 def remote_ping() -> bool:
     return True
 
 
+@endpoint("stop")
 def remote_stop() -> bool:
     _stop.set()
     return True
-
-
-# -- features through shared memory ------------------------------------------------------------
-
-SHM_DIR = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
-_shm_seq = itertools.count()
-
-
-@dataclass(frozen=True)
-class ShmArray:
-    """A batch's feature matrix left in a shared-memory file for the trainer on the same node."""
-
-    path: str
-    shape: tuple[int, ...]
-    dtype: str
-
-    def attach(self) -> Tensor:
-        """Map the file (zero-copy) and unlink it: the mapping lives as long as the tensor."""
-        arr = _map(self.path, self.shape, np.dtype(self.dtype), create=False)
-        os.unlink(self.path)
-        return torch.from_numpy(arr)
-
-
-class ShmAllocator:
-    """Hands the feature gather its output arrays as files in /dev/shm, then swaps them for
-    `ShmArray` handles in the batch: the sampler writes each row once, the trainer maps it, and
-    the (large) feature matrices never go through RPC serialisation."""
-
-    def __init__(self) -> None:
-        self.arrays: dict[int, ShmArray] = {}
-
-    def __call__(self, name: str, shape: tuple, dtype: np.dtype) -> np.ndarray:
-        if int(np.prod(shape)) == 0:
-            return np.empty(shape, dtype)
-        path = SHM_DIR / f"distgnn-{os.getpid()}-{next(_shm_seq)}-{name}"
-        arr = _map(path, tuple(shape), np.dtype(dtype), create=True)
-        self.arrays[arr.ctypes.data] = ShmArray(str(path), tuple(shape), np.dtype(dtype).str)
-        return arr
-
-    def export(self, data: Any) -> Any:
-        for store in data.node_stores:
-            for key, value in list(store.items()):
-                if isinstance(value, Tensor) and value.data_ptr() in self.arrays:
-                    store[key] = self.arrays[value.data_ptr()]
-        return data
-
-
-def _map(path: str | Path, shape: tuple, dtype: np.dtype, create: bool) -> np.ndarray:
-    """Map a shared-memory file with all its pages populated in one go (MAP_POPULATE): far
-    cheaper than faulting a fresh 50+ MB feature matrix in page by page."""
-    nbytes = int(np.prod(shape)) * dtype.itemsize
-    fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0), 0o600)
-    try:
-        if create:
-            os.posix_fallocate(fd, 0, nbytes)
-        buf = mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
-    finally:
-        os.close(fd)
-    return np.frombuffer(buf, dtype=dtype).reshape(shape)
-
-
-def attach_shm(data: Any) -> Any:
-    """Trainer side of `ShmAllocator.export`: replace every `ShmArray` by its mapped tensor."""
-    for store in data.node_stores:
-        for key, value in list(store.items()):
-            if isinstance(value, ShmArray):
-                store[key] = value.attach()
-    return data
-
-
-def _remove_own_shm() -> None:
-    """Delete shared-memory batches this process wrote that no trainer picked up."""
-    for path in SHM_DIR.glob(f"distgnn-{os.getpid()}-*"):
-        path.unlink(missing_ok=True)
-
-
-def remove_orphan_shm() -> None:
-    """Delete batches left by dead (e.g. SIGKILLed) sampler processes of this node."""
-    for path in SHM_DIR.glob("distgnn-*-*"):
-        try:
-            os.kill(int(path.name.split("-")[1]), 0)
-        except ProcessLookupError:
-            path.unlink(missing_ok=True)
-        except (ValueError, PermissionError):
-            continue
 
 
 # -- sampler process ----------------------------------------------------------------------------
@@ -218,7 +120,7 @@ def load_stores(root: str, pid: int) -> tuple[LocalFeatureStore, LocalGraphStore
 
 def _trainer_alive(trainer: str) -> bool:
     try:
-        rpc.call_async(trainer, remote_ping).wait()
+        rpc.call_async(trainer, "ping").wait()
         return True
     except rpc.PeerError as err:
         log.error("stopping: %s", err)
@@ -228,7 +130,8 @@ def _trainer_alive(trainer: str) -> bool:
 def serve(runtime: Runtime, cfg: Config) -> int:
     """Sampler-process main: serve partition `runtime.node_rank` until told to stop; exit code."""
     ctx = DistContext.from_runtime(runtime)
-    remove_orphan_shm()
+    log.info("%s: %s", ctx.worker_name, tune_process("sampler"))
+    shm.remove_orphans()
     fs, gs = load_stores(runtime.partition_root, runtime.node_rank)
     register(fs, gs, rpc.RPCRouter.for_context(ctx))
     failed = threading.Event()
@@ -254,7 +157,7 @@ def serve(runtime: Runtime, cfg: Config) -> int:
     finally:
         graceful = 0.0 if failed.is_set() else cfg.cluster.init_timeout_s
         clean = rpc.shutdown_rpc(graceful) if graceful else rpc.shutdown_rpc_now()
-        _remove_own_shm()
+        shm.remove_own()
     log.info(
         "%s: served partition %d, exiting (%s)",
         ctx.worker_name,
@@ -267,7 +170,7 @@ def serve(runtime: Runtime, cfg: Config) -> int:
 def stop_samplers(ctx: DistContext) -> None:
     """Tell this trainer's sampler processes to leave (best effort: a dead one is skipped)."""
     calls = [
-        rpc.call_async(worker_name("sampler", ctx.partition_idx, ctx.local_rank, w), remote_stop)
+        rpc.call_async(worker_name("sampler", ctx.partition_idx, ctx.local_rank, w), "stop")
         for w in range(ctx.num_workers)
     ]
     for call in calls:
@@ -283,7 +186,7 @@ def shutdown(ctx: DistContext, graceful_timeout_s: float = 120.0, failed: bool =
         return True
     if failed:
         clean = rpc.shutdown_rpc_now()
-        remove_orphan_shm()
+        shm.remove_orphans()
         return clean
     if ctx.role == "trainer":
         stop_samplers(ctx)

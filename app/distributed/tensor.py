@@ -17,6 +17,8 @@ from typing import Protocol
 
 import torch
 
+from app.distributed import rpc
+from app.distributed.rpc import PeerError
 from app.runtime import worker_name
 
 _REGISTRY: dict[str, DistTensor] = {}
@@ -30,7 +32,7 @@ class PartitionBook(Protocol):
     def partition_of(self, ids: torch.Tensor) -> torch.Tensor: ...
 
 
-class DistTensorError(RuntimeError):
+class DistTensorError(PeerError):
     """A read or write of a DistTensor failed on a peer; names the tensor and the peer."""
 
 
@@ -100,26 +102,22 @@ class DistTensor:
 
     def _call_all(self, fn, ids: torch.Tensor, *payload: torch.Tensor) -> dict[int, object]:
         """Run `fn(name, ids_p, payload_p...)` on every owner of `ids`; local ones in-process."""
-        from torch.distributed import rpc
-
         groups = self._split(ids)
         futures, results = {}, {}
         for part, where in groups.items():
             args = (self.name, ids[where], *(t[where] for t in payload))
             if part == self.part_id and self.is_owner:
                 continue
-            futures[part] = rpc.rpc_async(owner_name(part), fn, args=args)
+            futures[part] = rpc.call_async(owner_name(part), fn, args, part)
         for part, where in groups.items():
             if part == self.part_id and self.is_owner:
                 results[part] = fn(self.name, ids[where], *(t[where] for t in payload))
         for part, fut in futures.items():
             try:
-                results[part] = fut.wait()
-            except Exception as err:  # RPC errors carry remote tracebacks: keep one line
-                first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+                results[part] = fut.wait()  # bounded by the job's RPC timeout
+            except PeerError as err:  # one line naming the peer (see `rpc.describe_failure`)
                 raise DistTensorError(
-                    f"DistTensor {self.name!r}: {fn.__name__[1:]} on {owner_name(part)} "
-                    f"(partition {part}) failed: {first}"
+                    f"DistTensor {self.name!r}: {fn.__name__[1:]} failed: {err}"
                 ) from None
         return results
 

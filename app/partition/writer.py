@@ -29,9 +29,11 @@ the in-neighbours of its own nodes without asking anyone.
 `graph.pt` holds part i's owned edges: `row` (sources) / `col` (destinations) in global node
 ids, sorted by `col` (CSC order; within a column by edge time, else by the source's node time
 when the graph is temporal, else by edge id); `edge_id` the global edge ids; `size` (N_src,
-N_dst); `colptr` int64 [N_dst + 1] CSC pointer over GLOBAL destination ids (the neighbours of
+N_dst); `colptr` [N_dst + 1] CSC pointer over GLOBAL destination ids (the neighbours of
 owned node v are row[colptr[v]:colptr[v+1]], empty for nodes owned elsewhere); `halo` the
 sorted global ids of remote sources of owned edges (the nodes whose features live elsewhere).
+These id arrays are int32 wherever their values fit (< 2^31: node ids, edge ids, the part's
+edge count), int64 beyond; readers accept both (older partitions are all int64).
 
 `node_feats.pt` holds the owned nodes: `global_id` (sorted) and their rows of `x` and `y`
 (byte-identical to the dataset's), plus `time` for temporal graphs. `seeds.pt` holds the
@@ -531,12 +533,12 @@ def _write_part(
         halo = halo_of(row, node_map[s_t], p)
         halos.setdefault(s_t, []).append(halo)
         graph[et] = {
-            "row": row,
-            "col": col,
-            "edge_id": eid,
+            "row": compact(row, sp.size[0]),
+            "col": compact(col, sp.size[1]),
+            "edge_id": compact(eid, sp.src.numel()),
             "size": sp.size,
-            "colptr": csc_pointer(col, sp.size[1]),
-            "halo": halo,
+            "colptr": compact(csc_pointer(col, sp.size[1]), row.numel()),
+            "halo": compact(halo, sp.size[0]),
         }
         efeats[et] = _edge_feats(view, et, eid)
     nfeats, seeds = {}, {s: {} for s in SPLITS}
@@ -565,6 +567,12 @@ def _write_part(
         "train": sum(s.numel() for s in seeds["train"].values()),
         "halo": sum(_union_size(h, view.num_nodes[t]) for t, h in halos.items()),
     }
+
+
+def compact(ids: Tensor, bound: int) -> Tensor:
+    """`ids` (values in [0, bound]) as int32 when they fit, else as they are (int64): halves
+    the partition's topology (graph.pt) on disk and in every process that maps it."""
+    return ids.to(torch.int32) if bound < 2**31 else ids
 
 
 def _union_size(id_sets: list[Tensor], num_nodes: int) -> int:

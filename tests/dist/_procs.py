@@ -128,6 +128,7 @@ def _loader_kwargs(rt, spec: dict, ctx) -> dict:
     return dict(
         current_ctx=ctx, num_workers=rt.num_workers, master_port=rt.rpc_port,
         rpc_timeout=spec["timeout"], concurrency=2, seed=5, batch_size=spec["batch_size"],
+        **({"feature_cache_size": spec["cache"]} if "cache" in spec else {}),
     )  # fmt: skip
 
 
@@ -189,12 +190,24 @@ def check_homo(rt, spec: dict) -> int:
                     if not disjoint:
                         _check_valid(b, g, fan)
                     batches += 1
+        _check_data_path(loader, spec)
         _check_link(spec, kw, g)
         failed = False
     finally:
         shutdown(ctx, 60.0, failed)
     print(f"CHECKS OK {batches} batches", flush=True)
     return 0
+
+
+def _check_data_path(loader, spec: dict) -> None:
+    """The halo cache served remote rows iff it is on; the shared-memory ring stayed small."""
+    stats = loader.data_stats()
+    if spec.get("cache", 1):
+        assert stats["cache_hits"] > 0 and stats["cache_rows"] > 0, stats
+    else:
+        assert stats["cache_hits"] == 0 and stats["feature_rows"] > 0, stats
+    if loader.ring is not None:  # in flight + the batch in hand + the loop variable's
+        assert 0 < loader.ring.depth <= loader.concurrency + 2, loader.ring.depth
 
 
 def _check_link(spec: dict, kw: dict, g: dict) -> None:

@@ -2,7 +2,8 @@
 
 The killed-process test runs a real 2-partition job (trainer + sampler process per part) with a
 5 s RPC timeout, SIGKILLs partition 1's sampler mid-epoch, and checks that both trainers raise a
-`PeerError` naming it within the timeout and that every process exits on its own.
+`PeerError` naming it within the timeout, that every process exits on its own, and that
+no shared-memory ring slot of the job is left in /dev/shm.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 import pytest
 
 from app.distributed import DistContext, RpcInitError, init_rpc
+from app.distributed.shm import PREFIX, SHM_DIR
 from tests.dist._procs import Job, write_spec
 from tests.dist.conftest import free_port, write_homo
 
@@ -48,6 +50,9 @@ def test_killed_partition_process_names_the_peer(tmp_path, homo_graph):
             f"error came {err['t'] - killed_at:.1f} s after the kill"
         )
     assert codes["sampler0-0-0"] is not None
+    pids = {str(p.pid) for p in job.procs.values()}
+    left = [f.name for f in SHM_DIR.glob(f"{PREFIX}*") if f.name.split("-")[1] in pids]
+    assert not left, f"shared-memory slot files left behind: {left}"
 
 
 def _ctx(rank: int) -> DistContext:

@@ -20,12 +20,12 @@ pytestmark = pytest.mark.dist
 TIMEOUT_S = 150  # generous: the machine running CI may be heavily shared
 
 
-def _run(tmp_path, graph, num_parts: int, num_workers: int, check: str) -> None:
+def _run(tmp_path, graph, num_parts: int, num_workers: int, check: str, **extra) -> None:
     torch.save(graph, tmp_path / "graph.pt")
     spec = write_spec(
         tmp_path / "spec.json", root=str(tmp_path / "part"), graph=str(tmp_path / "graph.pt"),
         num_parts=num_parts, num_workers=num_workers, port=free_port(), dir=str(tmp_path),
-        timeout=20.0, batch_size=64, check=check,
+        timeout=20.0, batch_size=64, check=check, **extra,
     )  # fmt: skip
     with Job(spec, num_parts, num_workers) as job:
         codes = job.wait(TIMEOUT_S)
@@ -34,12 +34,13 @@ def _run(tmp_path, graph, num_parts: int, num_workers: int, check: str) -> None:
             assert "CHECKS OK" in job.tail(f"trainer{p}-0"), job.report()
 
 
-@pytest.mark.parametrize("num_parts,num_workers", [(2, 1), (3, 0)])
-def test_homo_equals_local_sampling(tmp_path, homo_graph, num_parts, num_workers):
+# halo feature cache: partial (40 rows: hits and remote fetches in one batch) and off
+@pytest.mark.parametrize("num_parts,num_workers,cache", [(2, 1, 40), (3, 0, 0)])
+def test_homo_equals_local_sampling(tmp_path, homo_graph, num_parts, num_workers, cache):
     write_homo(
         tmp_path / "part", homo_graph["edge_index"], homo_graph["x"], homo_graph["y"], num_parts
     )
-    _run(tmp_path, homo_graph, num_parts, num_workers, "check_homo")
+    _run(tmp_path, homo_graph, num_parts, num_workers, "check_homo", cache=cache)
 
 
 def test_hetero_equals_bfs(tmp_path):

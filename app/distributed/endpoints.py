@@ -1,0 +1,57 @@
+"""The table of RPC endpoints and what this process serves them from (its partition's stores).
+
+Callers name an endpoint ("hop", "features", ...) instead of importing the function that
+implements it (`rpc.call_async(peer, "hop", args)`): the function runs on the PEER, so the caller
+never needs its module, and the modules that call (stores, sampler) and the one that implements
+the endpoints (`server`) do not import each other. `server` fills the table when it is
+imported; every process that serves a partition imports it.
+
+This module imports nothing from `app.distributed`: it is the bottom layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+_table: dict[str, Callable] = {}
+_service: dict[str, Any] = {}
+
+
+def endpoint(name: str) -> Callable[[Callable], Callable]:
+    """Register the decorated function as endpoint `name`."""
+
+    def add(fn: Callable) -> Callable:
+        _table[name] = fn
+        return fn
+
+    return add
+
+
+def dispatch(name: str, *args: Any) -> Any:
+    """Run endpoint `name` (what every RPC executes on the peer)."""
+    fn = _table.get(name)
+    if fn is None:
+        raise RuntimeError(f"no RPC endpoint {name!r} here (serves {sorted(_table)})")
+    return fn(*args)
+
+
+def register(feature_store: Any, graph_store: Any, router: Any) -> None:
+    """Make this process answer hop / feature / batch requests for its partition."""
+    feature_store.router = feature_store.router or router
+    _service.update(fs=feature_store, gs=graph_store, router=router)
+
+
+def stores() -> tuple[Any, Any]:
+    """(LocalFeatureStore, LocalGraphStore) this process serves."""
+    if "gs" not in _service:
+        raise RuntimeError("this process holds no partition (no stores registered)")
+    return _service["fs"], _service["gs"]
+
+
+def router() -> Any:
+    return _service.get("router")
+
+
+def feature_store() -> Any:
+    return _service.get("fs")
