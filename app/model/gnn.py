@@ -215,8 +215,9 @@ class Block:
     """One layer-wise inference step: `n_dst` target nodes fed by `n_src` source rows.
 
     `crow` [n_dst + 1] / `col` are the targets' in-edges in CSR (destination rows, source row
-    positions). The first `n_dst` source rows are the targets themselves (DGL's block
-    convention), so the root term and GAT's self-loops read them. `src_degree` holds every
+    positions). When sources and targets share a node type, the first `n_dst` source rows are
+    the targets themselves (DGL's block convention), so the root term and GAT's self-loops
+    read them; heterogeneous layers get the targets' rows separately. `src_degree` holds every
     source's in-degree in the FULL graph (GCN's normalisation; None for models without it): a
     target's in-edges are all in the block, but a source's are not.
     """
@@ -228,8 +229,6 @@ class Block:
         self.n_dst = crow.numel() - 1
         counts = crow[1:] - crow[:-1]
         self.row = torch.repeat_interleave(torch.arange(self.n_dst), counts)
-        if self.n_src < self.n_dst:
-            raise ValueError(f"block has {self.n_src} source rows for {self.n_dst} targets")
 
     def mean_adjacency(self) -> CSR:
         """The `[n_dst, n_src]` CSR with weights 1/in-degree(dst): the product is the mean."""
