@@ -33,9 +33,11 @@ def _bare(model: nn.Module) -> nn.Module:
 def _network(model: nn.Module) -> tuple[nn.Module, dict[str, Any]]:
     """(the GNN with the per-layer API, {node type: embedding rows} of featureless types)."""
     bare = _bare(model)
-    if hasattr(bare, "gnn"):  # HeteroNodeClassifier: GNN + (Dist)NodeEmbeddings
+    if hasattr(bare, "gnn"):  # Hetero{NodeClassifier,LinkPredictor}: GNN + (Dist)NodeEmbeddings
         tables = getattr(bare.embeddings, "tables", {})
         return bare.gnn, {t: table.weight for t, table in tables.items()}
+    if hasattr(bare, "encoder"):  # LinkPredictor: the encoder computes the node embeddings
+        return bare.encoder, {}
     return bare, {}
 
 
@@ -126,8 +128,8 @@ class _Run:
             return {}
         return {et: table[self.needed[et[0]]].view(-1) for et, table in self.view.degree.items()}
 
-    def run(self) -> Tensor:
-        """Final-layer rows of `view.mine[view.target]` (this rank's targets)."""
+    def run(self) -> NodeRows:
+        """The final layer's tables (every node of every output type), still registered."""
         view, round_ = self.view, self.view.next_round()
         degrees = self._degrees()
         tables, made = dict(self.inputs), []
@@ -149,13 +151,7 @@ class _Run:
             for table in made:
                 view.backend.drop(table)
             made, tables = list(new.values()), new
-        if view.target not in tables:
-            raise ValueError(f"the last layer produces no rows for node type {view.target!r}")
-        out = tables[view.target][view.mine[view.target]]
-        view.backend.barrier()  # every rank has read its rows before the tables go
-        for table in made:
-            view.backend.drop(table)
-        return out
+        return NodeRows(view, tables)
 
     def _layer(
         self,
@@ -192,11 +188,34 @@ class _Run:
         return rows[et[0]][pos], Block(crow_all[start : stop + 1] - lo, col, src.numel(), degree)
 
 
-@torch.no_grad()
-def layerwise_logits(model: nn.Module, view: GraphView, chunk_size: int) -> Tensor:
-    """Last-layer output of every node in `view.mine[view.target]`, computed layer-wise.
+class NodeRows:
+    """The last layer's output of every node, as tables sharded like the graph.
 
-    Collective when distributed: every trainer must call it (the same number of times).
+    `rows(ids, ntype)` reads any nodes' rows (distributed: one batched call per owner);
+    `close()` is collective: it waits until every rank is done reading, then frees the tables.
+    """
+
+    def __init__(self, view: GraphView, tables: dict[str, Any]) -> None:
+        self.view, self.tables = view, tables
+
+    def rows(self, ids: Tensor, ntype: str | None = None) -> Tensor:
+        ntype = ntype or self.view.target
+        if ntype not in self.tables:
+            raise ValueError(f"the last layer produces no rows for node type {ntype!r}")
+        return self.tables[ntype][torch.as_tensor(ids, dtype=torch.long)]
+
+    def close(self) -> None:
+        self.view.backend.barrier()  # every rank has read its rows before the tables go
+        for table in self.tables.values():
+            self.view.backend.drop(table)
+        self.tables = {}
+
+
+@torch.no_grad()
+def layerwise_embeddings(model: nn.Module, view: GraphView, chunk_size: int) -> NodeRows:
+    """Last-layer rows of every node, computed layer-wise (collective; `close()` the result).
+
+    For link prediction: score any pairs from `rows(ids, ntype)` with the model's decoder.
     """
     was_training = _bare(model).training
     _bare(model).eval()
@@ -204,6 +223,39 @@ def layerwise_logits(model: nn.Module, view: GraphView, chunk_size: int) -> Tens
         return _Run(model, view, chunk_size).run()
     finally:
         _bare(model).train(was_training)
+
+
+@torch.no_grad()
+def layerwise_link_scores(
+    model: nn.Module,
+    view: GraphView,
+    chunk_size: int,
+    pairs: Tensor,
+    edge_type: EdgeType | None = None,
+) -> Tensor:
+    """`model.score(z[src], z[dst])` of this rank's `pairs` [2, P] (global ids) from layer-wise
+    embeddings (`edge_type` names the source/destination node types of a heterogeneous model;
+    collective: every rank calls it, with its own pairs, possibly none)."""
+    rows = layerwise_embeddings(model, view, chunk_size)
+    try:
+        src_type, dst_type = (edge_type[0], edge_type[-1]) if edge_type else (None, None)
+        z_src, z_dst = rows.rows(pairs[0], src_type), rows.rows(pairs[1], dst_type)
+        return _bare(model).score(z_src, z_dst)
+    finally:
+        rows.close()
+
+
+@torch.no_grad()
+def layerwise_logits(model: nn.Module, view: GraphView, chunk_size: int) -> Tensor:
+    """Last-layer output of every node in `view.mine[view.target]`, computed layer-wise.
+
+    Collective when distributed: every trainer must call it (the same number of times).
+    """
+    rows = layerwise_embeddings(model, view, chunk_size)
+    try:
+        return rows.rows(view.mine[view.target])
+    finally:
+        rows.close()
 
 
 def evaluate_layerwise(

@@ -134,10 +134,15 @@ def _csr(edge_index: Tensor, num_dst: int) -> tuple[Tensor, Tensor]:
 
 
 def _labelled_type(data: HeteroData) -> str:
+    """The node type with labels (node classification), else the first (link prediction)."""
     labelled = [t for t in data.node_types if "y" in data[t] and "val_mask" in data[t]]
-    if len(labelled) != 1:
-        raise ValueError(f"expected exactly one node type with y and val_mask, found {labelled}")
-    return labelled[0]
+    if len(labelled) > 1:
+        raise ValueError(f"expected one node type with y and val_mask, found {labelled}")
+    return labelled[0] if labelled else data.node_types[0]
+
+
+def _labels(store: Any) -> Tensor:
+    return store.y.view(-1) if "y" in store else torch.empty(0, dtype=torch.long)
 
 
 def _mask_ids(store: Any) -> dict[str, Tensor]:
@@ -159,7 +164,7 @@ def local_view(data: Data | HeteroData) -> GraphView:
             inputs={t: data[t].x.float() for t in data.node_types if "x" in data[t]},
             degree={},
             target=target,
-            labels=data[target].y.view(-1),
+            labels=_labels(data[target]),
             splits=_mask_ids(data[target]),
             backend=LocalBackend(),
             is_hetero=True,
@@ -173,7 +178,7 @@ def local_view(data: Data | HeteroData) -> GraphView:
         inputs={NODE: data.x.float()},
         degree={EDGE: (crow[1:] - crow[:-1]).to(torch.float32).unsqueeze(1)},
         target=NODE,
-        labels=data.y.view(-1),
+        labels=_labels(data),
         splits=_mask_ids(data),
         backend=LocalBackend(),
     )
@@ -265,10 +270,11 @@ def _set_labels(
     view: GraphView, part: PartitionData, feats: dict, share: dict, types: list
 ) -> None:
     labelled = [t for t in types if "y" in feats[t]["feats"]]
-    if len(labelled) != 1:
+    if len(labelled) > 1:
         raise ValueError(f"{part.root}: expected one node type with labels `y`, found {labelled}")
-    view.target = target = labelled[0]
-    view.labels = feats[target]["feats"]["y"].view(-1)[share[target]]
+    view.target = target = labelled[0] if labelled else types[0]  # none: link prediction
+    if labelled:
+        view.labels = feats[target]["feats"]["y"].view(-1)[share[target]]
     empty = torch.empty(0, dtype=torch.long)
     for split in SPLITS:
         ids = part.seeds.get(split, empty)

@@ -129,3 +129,18 @@ def test_config_keys_default_and_validate():
         compose_config(["train.eval_mode=exact"])
     with pytest.raises(ConfigError, match="train.eval_chunk_size=0"):
         compose_config(["train.eval_chunk_size=0"])
+
+
+@pytest.mark.parametrize("decoder", ["dot", "mlp"])
+def test_link_scores_from_layerwise_embeddings(graph, decoder):
+    from app.inference import layerwise_link_scores
+    from app.model.link import Decoder, LinkPredictor
+
+    torch.manual_seed(5)
+    model = LinkPredictor(SampledGNN("sage", graph.x.size(1), 16, 16, 2), Decoder(decoder, 16))
+    model.eval()
+    z = model(graph.x, graph.edge_index)
+    pairs = torch.randint(0, 200, (2, 50))
+    del graph.y, graph.val_mask  # a link graph needs no labels
+    got = layerwise_link_scores(model, local_view(graph), 64, pairs)
+    assert rel_err(got, model.score(z[pairs[0]], z[pairs[1]])) < 1e-4
