@@ -13,6 +13,9 @@ something), then evaluated on val + test:
 
 Every measurement runs in fresh processes, so each peak RSS (`ru_maxrss`, the largest process
 of the run) belongs to that evaluation mode alone (it includes loading the data / partition).
+Each process evaluates twice, as a training job does once per epoch: `first` includes one-time
+costs (numba kernels loaded, the view and its read plan built), the unprefixed time is the
+second evaluation.
 """
 
 from __future__ import annotations
@@ -152,9 +155,9 @@ def _dist_child(rank: int, world: int, ports: tuple[int, int], mode: str, out: s
                 num_nodes: int, model_path: str, result: str) -> None:  # fmt: skip
     from datetime import timedelta
 
-    from app.distributed import DistContext, DistNeighborLoader
+    from app.distributed import DistContext
     from app.distributed.rpc import init_rpc, shutdown_rpc
-    from app.inference import evaluate_layerwise, partition_view
+    from app.model.gnn import build_model
     from app.partition.reader import load_partition
 
     torch.set_num_threads(1)
@@ -169,33 +172,53 @@ def _dist_child(rank: int, world: int, ports: tuple[int, int], mode: str, out: s
                                          timeout=timedelta(seconds=1800))  # fmt: skip
     root = Path(out) / "part"
     part = load_partition(root, rank)
-    from app.model.gnn import build_model
-
     state = torch.load(model_path, weights_only=True)
     in_channels = state["layers.0.lin_neigh.weight"].size(1)
     classes = state[f"layers.{cfg.model.num_layers - 1}.lin_neigh.weight"].size(0)
     model = build_model(cfg.model, in_channels, classes)
     model.load_state_dict(state)
     model.eval()
+    times, view = [], None
+    for _ in range(2):
+        torch.distributed.barrier()
+        start = time.perf_counter()
+        acc = _dist_eval(mode, cfg, ctx, part, model, view, str(root), ports[0])
+        view = acc.pop("view")
+        times.append(time.perf_counter() - start)
+    elapsed = torch.tensor([times[0], times[1], _peak_gb()])
+    torch.distributed.all_reduce(elapsed, op=torch.distributed.ReduceOp.MAX)
+    if rank == 0:
+        res = dict(zip(("first_s", "time_s", "peak_gb"), elapsed.tolist(), strict=True))
+        torch.save({**acc, **res}, result)
     torch.distributed.barrier()
-    start = time.perf_counter()
+    if view is not None:
+        view.close()
+    shutdown_rpc(60.0)
+    torch.distributed.destroy_process_group()
+
+
+def _dist_eval(mode: str, cfg, ctx, part, model, view, root: str, port: int) -> dict:
+    """One distributed evaluation of val + test (accuracies all-reduced), plus the view used."""
+    from app.distributed import DistNeighborLoader
+    from app.inference import evaluate_layerwise, partition_view
+
     if mode == "layerwise":
-        view = partition_view(part, ctx)
+        view = view or partition_view(part, ctx)
         acc = evaluate_layerwise(model, view, cfg.train.eval_chunk_size)
     else:
         loaders = {
             s: DistNeighborLoader(
-                str(root),
+                root,
                 cfg.sampler.num_neighbors,
                 input_nodes=part.seeds[s],
                 batch_size=cfg.loader.eval_batch_size,
                 current_ctx=ctx,
                 num_workers=0,
-                master_port=ports[0],
+                master_port=port,
                 rpc_timeout=600.0,
                 concurrency=2,
                 seed=cfg.seed,
-            )  # fmt: skip
+            )
             for s in ("val", "test")
         }
         correct, count = _sampled_acc(model, loaders)
@@ -204,13 +227,7 @@ def _dist_child(rank: int, world: int, ports: tuple[int, int], mode: str, out: s
         )
         torch.distributed.all_reduce(sums)
         acc = {"val_acc": float(sums[0] / sums[1]), "test_acc": float(sums[2] / sums[3])}
-    elapsed = torch.tensor([time.perf_counter() - start, _peak_gb()])
-    torch.distributed.all_reduce(elapsed, op=torch.distributed.ReduceOp.MAX)
-    if rank == 0:
-        torch.save({**acc, "time_s": float(elapsed[0]), "peak_gb": float(elapsed[1])}, result)
-    torch.distributed.barrier()
-    shutdown_rpc(60.0)
-    torch.distributed.destroy_process_group()
+    return {**acc, "view": view}
 
 
 def _report(tag: str, res: dict[str, dict]) -> None:

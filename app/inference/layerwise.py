@@ -83,19 +83,40 @@ class _Heterogeneous:
         return self.net.inference_layer(layer, h_dst, inputs)
 
 
-def _local_ids(col: Tensor, dst: Tensor | None) -> tuple[Tensor, Tensor]:
-    """(source ids of a block, `col` as positions in them); `dst` (if given) comes first."""
-    if dst is None:
-        src, inverse = torch.unique(col, return_inverse=True)
-        return src, inverse
-    cand = torch.cat([dst, col])
-    uniq, inverse = torch.unique(cand, return_inverse=True)
-    first = torch.full((uniq.numel(),), cand.numel(), dtype=torch.long)
-    first.scatter_reduce_(0, inverse, torch.arange(cand.numel()), "amin")
-    order = torch.argsort(first)  # first-occurrence order: the (unique) targets lead
-    position = torch.empty_like(order)
-    position[order] = torch.arange(order.numel())
-    return uniq[order], position[inverse[dst.numel() :]]
+def _local_ids(cand: Tensor, lead: Tensor | None, slot: Tensor) -> tuple[Tensor, Tensor]:
+    """(the distinct values of `cand`, `cand` as indices into them); `lead` values come first.
+
+    Values are row positions; `slot` is a scratch map position -> index, all -1 between calls
+    (left that way). O(len(cand)) with no sort: of duplicated writes to `slot` exactly one
+    survives, which picks one representative per distinct value.
+    """
+    n_lead = 0 if lead is None else lead.numel()
+    if lead is not None:
+        slot[lead] = torch.arange(n_lead)
+    fresh = cand[slot[cand] < 0]
+    order = torch.arange(fresh.numel())
+    slot[fresh] = order
+    first = fresh[slot[fresh] == order]
+    slot[first] = n_lead + torch.arange(first.numel())
+    src = first if lead is None else torch.cat([lead, first])
+    col = slot[cand]
+    slot[src] = -1
+    return src, col
+
+
+def _plan(view: GraphView) -> tuple[dict[str, Tensor], dict[EdgeType, Tensor]]:
+    """(per node type: the sorted ids whose rows this rank reads — its own and its halo; per
+    edge type: every edge's source as a position in them), computed once per view."""
+    if "plan" not in view.cache:
+        parts: dict[str, list[Tensor]] = {t: [m] for t, m in view.mine.items()}
+        for et, (_, col) in view.edges.items():
+            parts[et[0]].append(col)
+        needed = {t: torch.unique(torch.cat(p)) for t, p in parts.items()}
+        col_pos = {
+            et: torch.searchsorted(needed[et[0]], col) for et, (_, col) in view.edges.items()
+        }
+        view.cache["plan"] = (needed, col_pos)
+    return view.cache["plan"]
 
 
 class _Run:
@@ -114,14 +135,10 @@ class _Run:
         missing = [t for t in view.node_types if t not in self.inputs]
         if missing:
             raise ValueError(f"node types {missing} have neither features nor embeddings")
-        self.needed = self._needed()
-
-    def _needed(self) -> dict[str, Tensor]:
-        """Per node type: sorted ids whose rows this rank reads (its own, and its halo)."""
-        parts: dict[str, list[Tensor]] = {t: [m] for t, m in self.view.mine.items()}
-        for et, (_, col) in self.view.edges.items():
-            parts[et[0]].append(col)
-        return {t: torch.unique(torch.cat(p)) for t, p in parts.items()}
+        self.needed, self.col_pos = _plan(view)
+        self.slot = {
+            t: torch.full((ids.numel(),), -1, dtype=torch.long) for t, ids in self.needed.items()
+        }
 
     def _degrees(self) -> dict[EdgeType, Tensor]:
         if not getattr(self.net, "needs_degree", False):
@@ -166,26 +183,27 @@ class _Run:
         for start in range(0, mine.numel(), self.chunk):
             stop = min(start + self.chunk, mine.numel())
             dst = mine[start:stop]
-            h_dst = rows[ntype][torch.searchsorted(self.needed[ntype], dst)]
-            inputs = {et: self._block(et, start, stop, dst, rows, degrees) for et in ets}
-            out[dst] = self.typed.layer(layer, h_dst, inputs)
+            lead = torch.searchsorted(self.needed[ntype], dst)  # the targets' rows
+            inputs = {et: self._block(et, start, stop, lead, rows, degrees) for et in ets}
+            out[dst] = self.typed.layer(layer, rows[ntype][lead], inputs)
 
     def _block(
         self,
         et: EdgeType,
         start: int,
         stop: int,
-        dst: Tensor,
+        lead: Tensor,
         rows: dict[str, Tensor],
         degrees: dict[EdgeType, Tensor],
     ) -> tuple[Tensor, Block]:
-        """(source rows, Block) of edge type `et` for the targets `mine[start:stop]`."""
-        crow_all, col_all = self.view.edges[et]
+        """(source rows, Block) of edge type `et` for the targets `mine[start:stop]` (at rows
+        `lead` of their type's fetched table)."""
+        crow_all = self.view.edges[et][0]
         lo, hi = int(crow_all[start]), int(crow_all[stop])
-        src, col = _local_ids(col_all[lo:hi], dst if et[0] == et[-1] else None)
-        pos = torch.searchsorted(self.needed[et[0]], src)
-        degree = degrees[et][pos] if et in degrees else None
-        return rows[et[0]][pos], Block(crow_all[start : stop + 1] - lo, col, src.numel(), degree)
+        same = et[0] == et[-1]
+        src, col = _local_ids(self.col_pos[et][lo:hi], lead if same else None, self.slot[et[0]])
+        degree = degrees[et][src] if et in degrees else None
+        return rows[et[0]][src], Block(crow_all[start : stop + 1] - lo, col, src.numel(), degree)
 
 
 class NodeRows:

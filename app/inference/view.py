@@ -110,6 +110,7 @@ class GraphView:
     backend: LocalBackend | DistBackend
     is_hetero: bool = False
     owned_tables: list[Any] = field(default_factory=list)
+    cache: dict[str, Any] = field(default_factory=dict)  # what layer-wise runs reuse
 
     @property
     def node_types(self) -> list[str]:
