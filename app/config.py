@@ -113,7 +113,7 @@ class TrainConfig:
     # each seed's sampled neighbourhood with sampler.num_neighbors (models without a per-layer
     # forward always evaluate sampled)
     eval_mode: str = "layerwise"
-    eval_chunk_size: int = 16384  # target nodes per layer-wise step (bounds its memory)
+    eval_chunk_size: int = 65536  # target nodes per layer-wise step (bounds its memory)
     max_steps_per_epoch: int = 0  # 0: all batches (>0 caps an epoch, for smoke runs/benches)
     checkpoint: bool = True
     resume: bool = False

@@ -233,22 +233,15 @@ def _dist_eval(mode: str, cfg, ctx, part, model, view, root: str, port: int) -> 
 def _report(tag: str, res: dict[str, dict]) -> None:
     lw, sp = res["layerwise"], res["sampled"]
     ref = f"sampled [10,5], {tag}, same run"
-    record(BENCH, f"eval_time_sampled_{tag}_s", sp["time_s"], "s")
-    record(
-        BENCH, f"eval_time_layerwise_{tag}_s", lw["time_s"], "s", ref, lw["time_s"] / sp["time_s"]
-    )
+    for key, metric, unit in (("time_s", "eval_time", "s"), ("first_s", "first_eval_time", "s"),
+                              ("peak_gb", "peak_rss", "GiB")):  # fmt: skip
+        suffix = "_gb" if unit == "GiB" else "_s"
+        record(BENCH, f"{metric}_sampled_{tag}{suffix}", sp[key], unit)
+        ratio = lw[key] / sp[key]
+        record(BENCH, f"{metric}_layerwise_{tag}{suffix}", lw[key], unit, ref, ratio)
     for mode, r in res.items():
         record(BENCH, f"test_acc_{mode}_{tag}", r["test_acc"], "acc")
         record(BENCH, f"val_acc_{mode}_{tag}", r["val_acc"], "acc")
-    record(BENCH, f"peak_rss_sampled_{tag}_gb", sp["peak_gb"], "GiB")
-    record(
-        BENCH,
-        f"peak_rss_layerwise_{tag}_gb",
-        lw["peak_gb"],
-        "GiB",
-        ref,
-        lw["peak_gb"] / sp["peak_gb"],
-    )
 
 
 def main(num_nodes: int = 200_000, steps: int = 60, parts: int = 2) -> None:
