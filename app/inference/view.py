@@ -205,22 +205,27 @@ def _owned_csr(graph: dict[str, Tensor], ids: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def _input_table(backend: DistBackend, name: str, ntype: str, num_rows: int, rows: Tensor) -> Any:
-    rows = torch.as_tensor(rows).float().reshape(rows.shape[0], -1)
-    table = DistTensor(
-        (num_rows, rows.size(1)),
+    """A layer-0 `DistTensor` whose shard (on the node's first trainer only) is the owned
+    `rows` (1-D rows become one column); other trainers of the node copy nothing."""
+
+    def init(shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
+        if shape[0] != rows.shape[0]:
+            raise ValueError(
+                f"{name}: the partition book gives part {backend.part_id} {shape[0]} rows but "
+                f"node_feats.pt holds {rows.shape[0]}; re-partition the graph"
+            )
+        return torch.as_tensor(rows).to(dtype).reshape(shape).clone()
+
+    width = int(rows.shape[1]) if rows.dim() > 1 else 1
+    return DistTensor(
+        (num_rows, width),
         torch.float32,
         name,
         book=backend.books[ntype],
         part_id=backend.part_id,
         is_owner=backend.is_owner,
-        init_func=lambda shape, dtype: rows.clone(),
+        init_func=init,
     )
-    if backend.is_owner and table.local.shape[0] != rows.shape[0]:
-        raise ValueError(
-            f"{name}: the partition book gives part {backend.part_id} {table.local.shape[0]} "
-            f"rows but node_feats.pt holds {rows.shape[0]}; re-partition the graph"
-        )
-    return table
 
 
 def partition_view(part: PartitionData, ctx: DistContext) -> GraphView:
