@@ -19,6 +19,7 @@ from omegaconf import II, OmegaConf
 DATASETS = ("synthetic_products", "synthetic_mag", "ogbn_products", "ogbn_mag")
 MODELS = ("sage", "gat", "gcn", "mlp")
 PARTITION_METHODS = ("metis", "random")
+EVAL_MODES = ("layerwise", "sampled")
 SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
 TEMPORAL_STRATEGIES = ("uniform", "last")
 CLUSTER_MODES = ("local", "env", "ssh")
@@ -113,6 +114,11 @@ class TrainConfig:
     sparse_lr: float = 0.01  # learnable embeddings (SparseAdam / SparseAdagrad)
     sparse_optimizer: str = "adam"  # adam | adagrad
     eval_every: int = 1
+    # layerwise: exact full-neighbourhood inference, layer by layer (app.inference); sampled:
+    # each seed's sampled neighbourhood with sampler.num_neighbors (models without a per-layer
+    # forward always evaluate sampled)
+    eval_mode: str = "layerwise"
+    eval_chunk_size: int = 65536  # target nodes per layer-wise step (bounds its memory)
     max_steps_per_epoch: int = 0  # 0: all batches (>0 caps an epoch, for smoke runs/benches)
     checkpoint: bool = True
     resume: bool = False
@@ -267,6 +273,7 @@ def validate(cfg: Config) -> Config:
     _choice("model.decoder", cfg.model.decoder, ("dot", "mlp"))
     _choice("train.sparse_optimizer", cfg.train.sparse_optimizer, ("adam", "adagrad"))
     _choice("train.device", cfg.train.device, TRAIN_DEVICES)
+    _choice("train.eval_mode", cfg.train.eval_mode, EVAL_MODES)
     _check_fanouts(cfg)
     _check_device(cfg)
     positives = {
@@ -275,6 +282,7 @@ def validate(cfg: Config) -> Config:
         "train.epochs": cfg.train.epochs,
         "train.lr": cfg.train.lr,
         "train.eval_negatives": cfg.train.eval_negatives,
+        "train.eval_chunk_size": cfg.train.eval_chunk_size,
         "model.hidden_channels": cfg.model.hidden_channels,
         "model.num_layers": cfg.model.num_layers,
         "cluster.num_nodes": cfg.cluster.num_nodes,

@@ -211,6 +211,43 @@ class SampledGraph:
         return dinv[self.col] * dinv[self.row], dinv * dinv
 
 
+class Block:
+    """One layer-wise inference step: `n_dst` target nodes fed by `n_src` source rows.
+
+    `crow` [n_dst + 1] / `col` are the targets' in-edges in CSR (destination rows, source row
+    positions). When sources and targets share a node type, the first `n_dst` source rows are
+    the targets themselves (DGL's block convention), so the root term and GAT's self-loops
+    read them; heterogeneous layers get the targets' rows separately. `src_degree` holds every
+    source's in-degree in the FULL graph (GCN's normalisation; None for models without it): a
+    target's in-edges are all in the block, but a source's are not.
+    """
+
+    def __init__(
+        self, crow: Tensor, col: Tensor, n_src: int, src_degree: Tensor | None = None
+    ) -> None:
+        self.crow, self.col, self.n_src, self.src_degree = crow, col, n_src, src_degree
+        self.n_dst = crow.numel() - 1
+        counts = crow[1:] - crow[:-1]
+        self.row = torch.repeat_interleave(torch.arange(self.n_dst), counts)
+
+    def mean_adjacency(self) -> CSR:
+        """The `[n_dst, n_src]` CSR with weights 1/in-degree(dst): the product is the mean."""
+        degree = (self.crow[1:] - self.crow[:-1]).clamp(min=1).to(torch.float32)
+        return CSR(self.crow, self.col, (1.0 / degree)[self.row], self.row, self.n_src)
+
+    def gcn_adjacency(self) -> tuple[CSR, Tensor]:
+        """GCN's CSR (deg^-1/2(src) deg^-1/2(dst), full-graph degrees + 1) and self weights."""
+        if self.src_degree is None:
+            raise ValueError("GCN inference needs the full-graph in-degree of every source row")
+        dinv = (self.src_degree.to(torch.float32) + 1).rsqrt()
+        adj = CSR(self.crow, self.col, dinv[self.col] * dinv[self.row], self.row, self.n_src)
+        return adj, (dinv * dinv)[: self.n_dst]
+
+    def edge_index(self) -> Tensor:
+        """COO `[2, nnz]` (source row, target row), for edge-list convolutions (GAT)."""
+        return torch.stack([self.col, self.row])
+
+
 def _check_counts(
     edge_index: Tensor, num_nodes: int, num_layers: int, counts: Sequence[int]
 ) -> list[int]:
@@ -244,7 +281,13 @@ class SAGELayer(nn.Module):
 
     def forward(self, h: Tensor, graph: SampledGraph, layer: int, values: Tensor) -> Tensor:
         _, n_out, _ = graph.edges(layer)
-        adj = graph.adjacency(layer, values)
+        return self.propagate(h, graph.adjacency(layer, values), n_out)
+
+    def infer(self, h: Tensor, block: Block) -> Tensor:
+        return self.propagate(h, block.mean_adjacency(), block.n_dst)
+
+    def propagate(self, h: Tensor, adj: CSR, n_out: int) -> Tensor:
+        """The layer on the first `n_out` rows of `h`, neighbours given by `adj`."""
         root = self.lin_root(h[:n_out] if n_out < h.size(0) else h)
         w, b = self.lin_neigh.weight, self.lin_neigh.bias
         if w.size(0) < w.size(1):  # narrower output: project, then aggregate fewer columns
@@ -267,9 +310,16 @@ class GCNLayer(nn.Module):
     ) -> Tensor:
         edge_w, self_w = values
         _, n_out, _ = graph.edges(layer)
+        return self.propagate(h, graph.adjacency(layer, edge_w), self_w[:n_out])
+
+    def infer(self, h: Tensor, block: Block) -> Tensor:
+        return self.propagate(h, *block.gcn_adjacency())
+
+    def propagate(self, h: Tensor, adj: CSR, self_w: Tensor) -> Tensor:
+        """The layer on the first `len(self_w)` rows of `h` (`self_w`: their self-loop weights)."""
         hw = self.lin(h)
-        out = aggregate(graph.adjacency(layer, edge_w), hw)
-        return out + hw[:n_out] * self_w[:n_out, None] + self.bias
+        out = aggregate(adj, hw)
+        return out + hw[: self_w.numel()] * self_w[:, None] + self.bias
 
 
 class GATLayer(nn.Module):
@@ -287,6 +337,10 @@ class GATLayer(nn.Module):
     def forward(self, h: Tensor, graph: SampledGraph, layer: int, values: None) -> Tensor:
         _, n_out, _ = graph.edges(layer)
         return self.conv(h, graph.edge_index(layer))[:n_out]
+
+    def infer(self, h: Tensor, block: Block) -> Tensor:
+        """Attention over each target's full in-neighbourhood (plus its self-loop)."""
+        return self.conv(h, block.edge_index())[: block.n_dst]
 
 
 class SampledGNN(nn.Module):
@@ -313,9 +367,10 @@ class SampledGNN(nn.Module):
                 f"model.hidden_channels={hidden_channels} is not divisible by model.heads={heads}"
             )
         self.kind, self.num_layers, self.dropout = kind, num_layers, dropout
-        dims = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
+        self.dims = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
         self.layers = nn.ModuleList(
-            self._layer(dims[i], dims[i + 1], heads, i == num_layers - 1) for i in range(num_layers)
+            self._layer(self.dims[i], self.dims[i + 1], heads, i == num_layers - 1)
+            for i in range(num_layers)
         )
 
     def _layer(self, cin: int, cout: int, heads: int, last: bool) -> nn.Module:
@@ -343,6 +398,24 @@ class SampledGNN(nn.Module):
                 h = fast_dropout(F.relu(h), self.dropout, self.training)
         return h
 
+    @property
+    def num_inference_layers(self) -> int:
+        return self.num_layers
+
+    @property
+    def needs_degree(self) -> bool:
+        """Whether `inference_layer` reads `Block.src_degree` (GCN's normalisation)."""
+        return self.kind == "gcn"
+
+    def inference_width(self, layer: int) -> int:
+        """Output channels of `layer`."""
+        return self.dims[layer + 1]
+
+    def inference_layer(self, layer: int, h_src: Tensor, block: Block) -> Tensor:
+        """Layer `layer` of the block's targets from layer `layer - 1` rows (eval semantics)."""
+        h = self.layers[layer].infer(h_src, block)
+        return F.relu(h) if layer < self.num_layers - 1 else h
+
     def _edge_values(self, graph: SampledGraph) -> Tensor | tuple[Tensor, Tensor] | None:
         if self.kind == "sage":
             return graph.mean_values()
@@ -366,6 +439,19 @@ class MLP(nn.Module):
         dims = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
         self.lins = nn.ModuleList(nn.Linear(dims[i], dims[i + 1]) for i in range(num_layers))
         self.dropout = dropout
+        self.needs_degree = False
+
+    @property
+    def num_inference_layers(self) -> int:
+        return len(self.lins)
+
+    def inference_width(self, layer: int) -> int:
+        return self.lins[layer].out_features
+
+    def inference_layer(self, layer: int, h_src: Tensor, block: Block) -> Tensor:
+        """Layer `layer` of the block's targets (the first `n_dst` rows; edges are ignored)."""
+        h = self.lins[layer](h_src[: block.n_dst])
+        return F.relu(h) if layer < len(self.lins) - 1 else h
 
     def forward(
         self,

@@ -9,6 +9,10 @@ first, then each hop's new nodes; per edge type, each hop's edges) layer `l` of 
 hops `0..L-l` and only writes hops `0..L-l-1`, so the last layer computes the seeds alone.
 Returns the output rows of every node type that receives edges (all rows, or hop-0 rows when
 trimmed).
+
+Layer-wise inference (`app.inference`): `inference_edge_types(l, types)` names the edge types
+layer `l` runs given the node types that have layer `l-1` rows, and `inference_layer(l, h_dst,
+inputs)` computes one chunk of targets of one type from `{edge type: (source rows, Block)}`.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.data import HeteroData
 
-from app.model.gnn import CSR, aggregate, fast_dropout, group_by
+from app.model.gnn import CSR, Block, aggregate, fast_dropout, group_by
 
 EdgeType = tuple[str, str, str]
 Metadata = tuple[list[str], list[EdgeType]]
@@ -91,6 +95,7 @@ class HeteroSAGE(nn.Module):
             raise ValueError(f"in_channels has no width for node types {missing}")
         self.edge_types = [tuple(et) for et in edge_types]
         self.num_layers, self.dropout = num_layers, dropout
+        self.widths = [hidden_channels] * (num_layers - 1) + [out_channels]
         self.layers = nn.ModuleList()
         dims = dict(in_channels)
         for i in range(num_layers):
@@ -134,6 +139,32 @@ class HeteroSAGE(nn.Module):
                 }
             h = out
         return h
+
+    @property
+    def num_inference_layers(self) -> int:
+        return self.num_layers
+
+    needs_degree = False
+
+    def inference_width(self, layer: int) -> int:
+        return self.widths[layer]
+
+    def inference_edge_types(self, layer: int, types: set[str]) -> list[EdgeType]:
+        """Edge types layer `layer` runs when `types` have input rows (as `forward` does)."""
+        return [et for et in self.edge_types if et[0] in types and et[-1] in types]
+
+    def inference_layer(
+        self, layer: int, h_dst: Tensor, inputs: dict[EdgeType, tuple[Tensor, Block]]
+    ) -> Tensor:
+        """One chunk of targets of one node type: the sum over its incoming edge types."""
+        convs = self.layers[layer]
+        out = None
+        for et, (h_src, block) in inputs.items():
+            msg = convs[edge_key(et)](h_src, h_dst, block.mean_adjacency())
+            out = msg if out is None else out + msg
+        if out is None:
+            raise ValueError(f"layer {layer}: no edge type feeds this node type")
+        return F.relu(out) if layer < self.num_layers - 1 else out
 
     def _sizes(
         self, h: dict[str, Tensor], layer: int, counts: dict[str, list[int]] | None

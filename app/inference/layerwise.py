@@ -1,0 +1,297 @@
+"""Exact layer-wise full-neighbourhood inference over a `GraphView` (local or distributed).
+
+For l = 1..L, every rank computes layer l for the nodes it owns (`view.mine`), chunk by chunk
+(`chunk_size` targets at a time, so the per-chunk work memory is bounded whatever the graph
+size), from layer l-1 rows of each chunk's in-neighbours. Those rows — the rank's own and its
+halo — are read ONCE per layer and node type (`table[needed]`: one batched call per owning
+partition), and the layer's output is written to a new table that the next layer reads. A
+barrier closes every layer, so nobody reads a layer before all of it is written; each rank runs
+the same L + 1 barriers and one all-reduce whatever its share, so uneven partitions cannot hang.
+
+Every edge is touched once per layer: O(L·|E|) work instead of sampled evaluation's
+O(#seeds · fan-out^L), and the result equals the full-graph forward (no sampling).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from app.inference.view import EDGE, EdgeType, GraphView
+from app.model.gnn import Block
+
+log = logging.getLogger(__name__)
+
+
+def _bare(model: nn.Module) -> nn.Module:
+    return getattr(model, "module", model)  # DistributedDataParallel wraps the module
+
+
+def _network(model: nn.Module) -> tuple[nn.Module, dict[str, Any]]:
+    """(the GNN with the per-layer API, {node type: embedding rows} of featureless types)."""
+    bare = _bare(model)
+    if hasattr(bare, "gnn"):  # Hetero{NodeClassifier,LinkPredictor}: GNN + (Dist)NodeEmbeddings
+        tables = getattr(bare.embeddings, "tables", {})
+        return bare.gnn, {t: table.weight for t, table in tables.items()}
+    if hasattr(bare, "encoder"):  # LinkPredictor: the encoder computes the node embeddings
+        return bare.encoder, {}
+    return bare, {}
+
+
+def supports_layerwise(model: nn.Module) -> bool:
+    """Whether `model` has the per-layer API; if not, warns once (one line, naming it)."""
+    net, _ = _network(model)
+    if hasattr(net, "inference_layer"):
+        return True
+    log.warning(
+        "%s has no per-layer forward (inference_layer): evaluating with sampled neighbourhoods "
+        "(train.eval_mode=sampled)",
+        type(net).__name__,
+    )
+    return False
+
+
+class _Homogeneous:
+    """The typed calls of the algorithm on a homogeneous model (one node and edge type)."""
+
+    def __init__(self, net: nn.Module) -> None:
+        self.net = net
+
+    def edge_types(self, layer: int, types: set[str]) -> list[EdgeType]:
+        return [EDGE]
+
+    def layer(
+        self, layer: int, h_dst: Tensor, inputs: dict[EdgeType, tuple[Tensor, Block]]
+    ) -> Tensor:
+        h_src, block = inputs[EDGE]
+        return self.net.inference_layer(layer, h_src, block)
+
+
+class _Heterogeneous:
+    def __init__(self, net: nn.Module) -> None:
+        self.net = net
+
+    def edge_types(self, layer: int, types: set[str]) -> list[EdgeType]:
+        return self.net.inference_edge_types(layer, types)
+
+    def layer(
+        self, layer: int, h_dst: Tensor, inputs: dict[EdgeType, tuple[Tensor, Block]]
+    ) -> Tensor:
+        return self.net.inference_layer(layer, h_dst, inputs)
+
+
+def _local_ids(cand: Tensor, lead: Tensor | None, slot: Tensor) -> tuple[Tensor, Tensor]:
+    """(the distinct values of `cand`, `cand` as indices into them); `lead` values come first.
+
+    Values are row positions; `slot` is a scratch map position -> index, all -1 between calls
+    (left that way). O(len(cand)) with no sort: of duplicated writes to `slot` exactly one
+    survives, which picks one representative per distinct value.
+    """
+    n_lead = 0 if lead is None else lead.numel()
+    if lead is not None:
+        slot[lead] = torch.arange(n_lead)
+    fresh = cand[slot[cand] < 0]
+    order = torch.arange(fresh.numel())
+    slot[fresh] = order
+    first = fresh[slot[fresh] == order]
+    slot[first] = n_lead + torch.arange(first.numel())
+    src = first if lead is None else torch.cat([lead, first])
+    col = slot[cand]
+    slot[src] = -1
+    return src, col
+
+
+def _plan(view: GraphView) -> tuple[dict[str, Tensor], dict[EdgeType, Tensor]]:
+    """(per node type: the sorted ids whose rows this rank reads — its own and its halo; per
+    edge type: every edge's source as a position in them), computed once per view."""
+    if "plan" not in view.cache:
+        parts: dict[str, list[Tensor]] = {t: [m] for t, m in view.mine.items()}
+        for et, (_, col) in view.edges.items():
+            parts[et[0]].append(col)
+        needed = {t: torch.unique(torch.cat(p)) for t, p in parts.items()}
+        col_pos = {
+            et: torch.searchsorted(needed[et[0]], col) for et, (_, col) in view.edges.items()
+        }
+        view.cache["plan"] = (needed, col_pos)
+    return view.cache["plan"]
+
+
+class _Run:
+    """One layer-wise pass of `net` over `view` (see the module docstring)."""
+
+    def __init__(self, model: nn.Module, view: GraphView, chunk_size: int) -> None:
+        if chunk_size <= 0:
+            raise ValueError(f"chunk_size={chunk_size}: must be > 0 (train.eval_chunk_size)")
+        net, embeddings = _network(model)
+        if not hasattr(net, "inference_layer"):
+            raise TypeError(f"{type(net).__name__} has no per-layer forward (inference_layer)")
+        self.net, self.view, self.chunk = net, view, chunk_size
+        self.typed = _Heterogeneous(net) if view.is_hetero else _Homogeneous(net)
+        extra = {t: w for t, w in embeddings.items() if t not in view.inputs}
+        self.inputs = {**view.inputs, **extra}
+        missing = [t for t in view.node_types if t not in self.inputs]
+        if missing:
+            raise ValueError(f"node types {missing} have neither features nor embeddings")
+        self.needed, self.col_pos = _plan(view)
+        self.slot = {
+            t: torch.full((ids.numel(),), -1, dtype=torch.long) for t, ids in self.needed.items()
+        }
+
+    def _degrees(self) -> dict[EdgeType, Tensor]:
+        if not getattr(self.net, "needs_degree", False):
+            return {}
+        return {et: table[self.needed[et[0]]].view(-1) for et, table in self.view.degree.items()}
+
+    def run(self) -> NodeRows:
+        """The final layer's tables (every node of every output type), still registered."""
+        view, round_ = self.view, self.view.next_round()
+        degrees = self._degrees()
+        tables, made = dict(self.inputs), []
+        for layer in range(self.net.num_inference_layers):
+            ets = [et for et in self.typed.edge_types(layer, set(tables)) if et in view.edges]
+            out_types = sorted({et[-1] for et in ets})
+            width = self.net.inference_width(layer)
+            new = {
+                t: view.backend.new_table(
+                    view.table_name(round_, layer, t), t, view.num_nodes[t], width
+                )
+                for t in out_types
+            }
+            used = sorted({et[0] for et in ets} | set(out_types))
+            rows = {t: tables[t][self.needed[t]] for t in used}  # one batched read per owner
+            for t in out_types:
+                self._layer(layer, t, [et for et in ets if et[-1] == t], rows, degrees, new[t])
+            view.backend.barrier()  # layer complete everywhere before anyone reads it
+            for table in made:
+                view.backend.drop(table)
+            made, tables = list(new.values()), new
+        return NodeRows(view, tables)
+
+    def _layer(
+        self,
+        layer: int,
+        ntype: str,
+        ets: list[EdgeType],
+        rows: dict[str, Tensor],
+        degrees: dict[EdgeType, Tensor],
+        out: Any,
+    ) -> None:
+        mine = self.view.mine[ntype]
+        for start in range(0, mine.numel(), self.chunk):
+            stop = min(start + self.chunk, mine.numel())
+            dst = mine[start:stop]
+            lead = torch.searchsorted(self.needed[ntype], dst)  # the targets' rows
+            inputs = {et: self._block(et, start, stop, lead, rows, degrees) for et in ets}
+            out[dst] = self.typed.layer(layer, rows[ntype][lead], inputs)
+
+    def _block(
+        self,
+        et: EdgeType,
+        start: int,
+        stop: int,
+        lead: Tensor,
+        rows: dict[str, Tensor],
+        degrees: dict[EdgeType, Tensor],
+    ) -> tuple[Tensor, Block]:
+        """(source rows, Block) of edge type `et` for the targets `mine[start:stop]` (at rows
+        `lead` of their type's fetched table)."""
+        crow_all = self.view.edges[et][0]
+        lo, hi = int(crow_all[start]), int(crow_all[stop])
+        same = et[0] == et[-1]
+        src, col = _local_ids(self.col_pos[et][lo:hi], lead if same else None, self.slot[et[0]])
+        degree = degrees[et][src] if et in degrees else None
+        return rows[et[0]][src], Block(crow_all[start : stop + 1] - lo, col, src.numel(), degree)
+
+
+class NodeRows:
+    """The last layer's output of every node, as tables sharded like the graph.
+
+    `rows(ids, ntype)` reads any nodes' rows (distributed: one batched call per owner);
+    `close()` is collective: it waits until every rank is done reading, then frees the tables.
+    """
+
+    def __init__(self, view: GraphView, tables: dict[str, Any]) -> None:
+        self.view, self.tables = view, tables
+
+    def rows(self, ids: Tensor, ntype: str | None = None) -> Tensor:
+        ntype = ntype or self.view.target
+        if ntype not in self.tables:
+            raise ValueError(f"the last layer produces no rows for node type {ntype!r}")
+        return self.tables[ntype][torch.as_tensor(ids, dtype=torch.long)]
+
+    def close(self) -> None:
+        self.view.backend.barrier()  # every rank has read its rows before the tables go
+        for table in self.tables.values():
+            self.view.backend.drop(table)
+        self.tables = {}
+
+
+@torch.no_grad()
+def layerwise_embeddings(model: nn.Module, view: GraphView, chunk_size: int) -> NodeRows:
+    """Last-layer rows of every node, computed layer-wise (collective; `close()` the result).
+
+    For link prediction: score any pairs from `rows(ids, ntype)` with the model's decoder.
+    """
+    was_training = _bare(model).training
+    _bare(model).eval()
+    try:
+        return _Run(model, view, chunk_size).run()
+    finally:
+        _bare(model).train(was_training)
+
+
+@torch.no_grad()
+def layerwise_link_scores(
+    model: nn.Module,
+    view: GraphView,
+    chunk_size: int,
+    pairs: Tensor,
+    edge_type: EdgeType | None = None,
+) -> Tensor:
+    """`model.score(z[src], z[dst])` of this rank's `pairs` [2, P] (global ids) from layer-wise
+    embeddings (`edge_type` names the source/destination node types of a heterogeneous model;
+    collective: every rank calls it, with its own pairs, possibly none)."""
+    rows = layerwise_embeddings(model, view, chunk_size)
+    try:
+        src_type, dst_type = (edge_type[0], edge_type[-1]) if edge_type else (None, None)
+        z_src, z_dst = rows.rows(pairs[0], src_type), rows.rows(pairs[1], dst_type)
+        return _bare(model).score(z_src, z_dst)
+    finally:
+        rows.close()
+
+
+@torch.no_grad()
+def layerwise_logits(model: nn.Module, view: GraphView, chunk_size: int) -> Tensor:
+    """Last-layer output of every node in `view.mine[view.target]`, computed layer-wise.
+
+    Collective when distributed: every trainer must call it (the same number of times).
+    """
+    rows = layerwise_embeddings(model, view, chunk_size)
+    try:
+        return rows.rows(view.mine[view.target])
+    finally:
+        rows.close()
+
+
+def evaluate_layerwise(
+    model: nn.Module, view: GraphView, chunk_size: int, splits: tuple[str, ...] = ("val", "test")
+) -> dict[str, float]:
+    """`{"<split>_acc": ...}` over all ranks from layer-wise logits (collective, like above)."""
+    logits = layerwise_logits(model, view, chunk_size)
+    mine = view.mine[view.target]
+    counts = torch.zeros(2 * len(splits), dtype=torch.float64)
+    for i, split in enumerate(splits):
+        mask = torch.isin(mine, view.splits.get(split, torch.empty(0, dtype=torch.long)))
+        pred = logits[mask].argmax(dim=-1)
+        counts[2 * i] = float((pred == view.labels[mask]).sum())
+        counts[2 * i + 1] = float(mask.sum())
+    counts = view.backend.all_reduce(counts)
+    return {
+        f"{split}_acc": float(counts[2 * i] / counts[2 * i + 1])
+        if counts[2 * i + 1]
+        else float("nan")
+        for i, split in enumerate(splits)
+    }
