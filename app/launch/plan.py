@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.config import Config, ConfigError, check_remote
+from app.netutil import loopback_ifname_env
 from app.runtime import Runtime
 
 WORKER_MODULE = "app.launch.worker"
@@ -281,6 +282,7 @@ def child_env(runtime: Runtime, threads: int, extra: Mapping[str, str]) -> dict[
     """The variables a child needs on top of the inherited environment."""
     n = str(max(1, threads))
     return {
+        **loopback_ifname_env(runtime.master_addr),  # gloo / TensorPipe data sockets on lo
         **extra,
         **runtime.to_env(),
         "PYTHONUNBUFFERED": "1",

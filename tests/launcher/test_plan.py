@@ -46,6 +46,7 @@ def test_local_plan_ranks_names_and_env(compose, tmp_path):
         assert (p.runtime.ddp_port, p.runtime.rpc_port) == (29500, 29501)
         assert p.env["OMP_NUM_THREADS"] == "1"  # 8 cores / 8 processes
         assert p.env["PYTHONUNBUFFERED"] == "1"
+        assert p.env["GLOO_SOCKET_IFNAME"] == p.env["TP_SOCKET_IFNAME"] != ""  # loopback only
         assert p.env["DISTGNN_MLFLOW_PARENT_RUN_ID"] == "abc"
         assert p.runtime.config_path == str((tmp_path / "job" / "config.yaml").resolve())
         assert p.runtime.partition_root == str((tmp_path / "parts").resolve())
