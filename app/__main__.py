@@ -85,7 +85,7 @@ def run_cli(argv: list[str]) -> None:
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         check_overrides(argv)
-        if _cfg_job_requested(argv):
+        if _cfg_job_requested(argv) and not {"-m", "--multirun"} & set(argv):
             validate_printed_config(argv)
         main()
     except ConfigError as err:

@@ -23,25 +23,25 @@ from app.partition.reader import META_FILE, PartitionError, read_meta, verify_pa
 _WRITE_FAILED = ("inline_container.cc", "PytorchStreamWriter failed", "file write failed")
 
 
-def expected_fingerprint(cfg: Config) -> str:
-    """Fingerprint of the partition this job would create (the link task has its own)."""
+def expected_partition(cfg: Config) -> tuple[Path, str]:
+    """Folder and fingerprint of the partition this job uses (the link task has its own)."""
     if cfg.train.objective == "link":
         from app.train.dist_link import link_partition_root
 
-        return link_partition_root(cfg)[1]
-    from app.partition.task import config_fingerprint
+        root, fp, _ = link_partition_root(cfg)
+        return Path(root), fp
+    from app.partition.task import config_fingerprint, partition_root
 
-    return config_fingerprint(cfg)
+    fp = config_fingerprint(cfg)
+    return partition_root(cfg, fp), fp
 
 
 def check_partition_root(cfg: Config) -> None:
-    """An explicit `partition.root` must hold this job's partition (or nothing yet).
+    """The job's partition folder must hold its partition (or nothing yet).
 
     Never suggests `partition.overwrite` first: the partition there may be someone's work.
     """
-    if not cfg.partition.root:
-        return
-    root = Path(cfg.partition.root)
+    root, wanted = expected_partition(cfg)
     if not (root / META_FILE).is_file():
         return  # nothing there yet: the job creates it
     meta = read_meta(root)  # a damaged META.json is one PartitionError naming it
@@ -51,10 +51,8 @@ def check_partition_root(cfg: Config) -> None:
             f"partition at {root} has {parts} parts, this job has {nodes} nodes: set "
             f"cluster.num_nodes={parts} or partition.root=<another folder>"
         )
-    if cfg.partition.overwrite:
-        return
-    found, wanted = meta.get("fingerprint"), expected_fingerprint(cfg)
-    if found != wanted:
+    found = meta.get("fingerprint")
+    if found != wanted and not cfg.partition.overwrite:
         raise PartitionError(
             f"partition at {root} was made for another dataset or partition settings "
             f"(fingerprint {found}, this job needs {wanted}): set partition.root=<another "

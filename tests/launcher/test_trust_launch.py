@@ -172,3 +172,16 @@ def test_sigterm_stops_the_job_with_143_and_no_traceback(made, tmp_path):
     assert launcher.returncode == 143, err[-2000:]
     assert "Traceback" not in out + err
     assert "terminated (SIGTERM)" in err
+
+
+def test_meta_byte_flip_in_the_default_folder_names_the_file(compose, made, tmp_path):
+    from app.launch.precheck import expected_partition
+
+    cfg = compose(*SMOKE, f"output_dir={tmp_path}", f"dataset.root={made / 'data'}")
+    root, _ = expected_partition(cfg)
+    shutil.copytree(made / "P", root)
+    raw = bytearray((root / "META.json").read_bytes())
+    raw[3] = 0xFF
+    (root / "META.json").write_bytes(bytes(raw))
+    msg = _refused(cfg, tmp_path, PartitionError, "META.json: not valid JSON")
+    assert "overwrite" not in msg
