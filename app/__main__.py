@@ -31,14 +31,14 @@ def _fail(kind: str, err: BaseException, code: int) -> None:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(node: DictConfig) -> float | None:
-    from app.partition.reader import PartitionError
-
     try:
         cfg = to_config(node)
     except ConfigError as err:
         _fail("config error", err, EXIT_CONFIG)
+    # Imported only now: a config error above never pays for importing torch.
     from app.launch import partitions_dir
     from app.limits import check_memory
+    from app.partition.reader import PartitionError
     from app.tasks import run_task
 
     try:
