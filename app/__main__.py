@@ -6,22 +6,37 @@ Ctrl-C exits 130 and SIGTERM 143, after every child was stopped, without a trace
 
 from __future__ import annotations
 
-import errno
-import logging
+import os
 import signal
 import sys
-
-import hydra
-from omegaconf import DictConfig
-
-from app.config import ConfigError, check_overrides, register_configs, to_config
-
-register_configs()
-log = logging.getLogger("distgnn")
 
 EXIT_CONFIG = 2
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 EXIT_TERMINATED = 128 + signal.SIGTERM
+_armed = False  # set once `run_cli` can turn SIGTERM into an orderly stop
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    if not _armed:  # still importing: nothing started yet, nothing to clean up
+        sys.stderr.write("terminated (SIGTERM) before the job started\n")
+        os._exit(EXIT_TERMINATED)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a repeat must not cut the cleanup
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+if __name__ == "__main__":  # first: the imports below take seconds on a busy host
+    signal.signal(signal.SIGTERM, _on_sigterm)
+
+import errno  # noqa: E402
+import logging  # noqa: E402
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from app.config import ConfigError, check_overrides, register_configs, to_config  # noqa: E402
+
+register_configs()
+log = logging.getLogger("distgnn")
 
 
 def _fail(kind: str, err: BaseException, code: int) -> None:
@@ -61,10 +76,6 @@ def main(node: DictConfig) -> float | None:
     return None
 
 
-def _on_sigterm(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def _cfg_job_requested(argv: list[str]) -> bool:
     """`--cfg job|all` (or `-c`): Hydra prints the config without calling `main`."""
     for flag, value in zip(argv, argv[1:], strict=False):
@@ -82,8 +93,9 @@ def validate_printed_config(argv: list[str]) -> None:
 
 
 def run_cli(argv: list[str]) -> None:
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    global _armed
     try:
+        _armed = True
         check_overrides(argv)
         if _cfg_job_requested(argv) and not {"-m", "--multirun"} & set(argv):
             validate_printed_config(argv)
@@ -91,6 +103,8 @@ def run_cli(argv: list[str]) -> None:
     except ConfigError as err:
         _fail("config error", err, EXIT_CONFIG)
     except KeyboardInterrupt as err:
+        for sig in (signal.SIGINT, signal.SIGTERM):  # a second signal must not cut this short
+            signal.signal(sig, signal.SIG_IGN)
         terminated = bool(err.args) and err.args[0] == f"signal {signal.SIGTERM}"
         how = "terminated (SIGTERM)" if terminated else "interrupted (Ctrl-C)"
         print(f"{how}: every process of the job was stopped", file=sys.stderr, flush=True)

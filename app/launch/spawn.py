@@ -235,14 +235,19 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
         return
 
+    received: list[int] = []
+
     def _raise(signum: int, frame: object) -> None:
+        received.append(signum)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a repeat must not cut the cleanup
         raise KeyboardInterrupt(f"signal {signum}")
 
     previous = signal.signal(signal.SIGTERM, _raise)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if not received:  # after a SIGTERM, stay deaf to repeats until the process exits
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _watch_exit(child: Child, exits: queue.Queue[Child]) -> None:
