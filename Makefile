@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 EXP     ?= products_homo
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-fast lint format bench bench-products ui clean
+.PHONY: help install run test test-fast lint format bench bench-products ui clean chaos
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -40,6 +40,11 @@ test: lint  ## lint, then the whole test suite (unit + distributed)
 
 test-fast: install  ## unit tests only (skips the multi-process ones)
 	$(BIN)/python -m pytest tests -m "not dist and not slow"
+
+CHAOS_N ?= 30
+chaos: install  ## fault injection: CHAOS_N random SIGKILL/SIGSTOP/SIGTERM on a 2-node job
+	DISTGNN_CHAOS_TRIALS=$(CHAOS_N) DISTGNN_CHAOS_SIGNALS=KILL,STOP,TERM \
+	DISTGNN_CHAOS_REPORT=outputs/chaos/trials.json $(BIN)/python -m pytest tests/chaos -s
 
 bench: install  ## benchmarks: table on stdout, records in outputs/bench/results.json
 	$(BIN)/python -m bench

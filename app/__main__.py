@@ -1,17 +1,47 @@
-"""`python -m app +experiment=NAME [overrides]`: compose, validate, dispatch."""
+"""`python -m app +experiment=NAME [overrides]`: compose, validate, dispatch.
+
+User errors (bad config, unusable partition, full disk) end in one line and a non-zero exit;
+Ctrl-C exits 130 and SIGTERM 143, after every child was stopped, without a traceback.
+"""
 
 from __future__ import annotations
 
-import logging
+import os
+import signal
 import sys
 
-import hydra
-from omegaconf import DictConfig
+EXIT_CONFIG = 2
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+EXIT_TERMINATED = 128 + signal.SIGTERM
+_armed = False  # set once `run_cli` can turn SIGTERM into an orderly stop
 
-from app.config import ConfigError, check_overrides, register_configs, to_config
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    if not _armed:  # still importing: nothing started yet, nothing to clean up
+        sys.stderr.write("terminated (SIGTERM) before the job started\n")
+        os._exit(EXIT_TERMINATED)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a repeat must not cut the cleanup
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+if __name__ == "__main__":  # first: the imports below take seconds on a busy host
+    signal.signal(signal.SIGTERM, _on_sigterm)
+
+import errno  # noqa: E402
+import logging  # noqa: E402
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from app.config import ConfigError, check_overrides, register_configs, to_config  # noqa: E402
 
 register_configs()
 log = logging.getLogger("distgnn")
+
+
+def _fail(kind: str, err: BaseException, code: int) -> None:
+    print(f"{kind}: {err}", file=sys.stderr, flush=True)
+    sys.exit(code)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -19,17 +49,67 @@ def main(node: DictConfig) -> float | None:
     try:
         cfg = to_config(node)
     except ConfigError as err:
-        print(f"config error: {err}", file=sys.stderr)
-        sys.exit(2)
+        _fail("config error", err, EXIT_CONFIG)
+    # Imported only now: a config error above never pays for importing torch.
+    from app.launch import partitions_dir
+    from app.limits import check_memory
+    from app.partition.reader import PartitionError
     from app.tasks import run_task
 
-    return run_task(cfg)
+    try:
+        check_memory(cfg)
+        if cfg.task != "partition":
+            return run_task(cfg)
+        from app.launch.precheck import check_partition_root, disk_full_as_one_line
+
+        check_partition_root(cfg)
+        with disk_full_as_one_line(partitions_dir(cfg)):
+            return run_task(cfg)
+    except ConfigError as err:
+        _fail("config error", err, EXIT_CONFIG)
+    except PartitionError as err:
+        _fail("partition error", err, 1)
+    except OSError as err:
+        if err.errno != errno.ENOSPC:
+            raise
+        _fail("error", err.strerror or err, 1)
+    return None
+
+
+def _cfg_job_requested(argv: list[str]) -> bool:
+    """`--cfg job|all` (or `-c`): Hydra prints the config without calling `main`."""
+    for flag, value in zip(argv, argv[1:], strict=False):
+        if flag in ("--cfg", "-c") and value in ("job", "all"):
+            return True
+    return any(a in ("--cfg=job", "--cfg=all") for a in argv)
+
+
+def validate_printed_config(argv: list[str]) -> None:
+    """Run the cross-field validation that `--cfg job` would otherwise skip."""
+    from app.config import compose_config
+
+    overrides = [a for a in argv if "=" in a and not a.startswith(("-", "hydra"))]
+    compose_config(overrides)
+
+
+def run_cli(argv: list[str]) -> None:
+    global _armed
+    try:
+        _armed = True
+        check_overrides(argv)
+        if _cfg_job_requested(argv) and not {"-m", "--multirun"} & set(argv):
+            validate_printed_config(argv)
+        main()
+    except ConfigError as err:
+        _fail("config error", err, EXIT_CONFIG)
+    except KeyboardInterrupt as err:
+        for sig in (signal.SIGINT, signal.SIGTERM):  # a second signal must not cut this short
+            signal.signal(sig, signal.SIG_IGN)
+        terminated = bool(err.args) and err.args[0] == f"signal {signal.SIGTERM}"
+        how = "terminated (SIGTERM)" if terminated else "interrupted (Ctrl-C)"
+        print(f"{how}: every process of the job was stopped", file=sys.stderr, flush=True)
+        sys.exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
 
 
 if __name__ == "__main__":
-    try:
-        check_overrides(sys.argv[1:])
-    except ConfigError as err:
-        print(f"config error: {err}", file=sys.stderr)
-        sys.exit(2)
-    main()
+    run_cli(sys.argv[1:])

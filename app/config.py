@@ -9,6 +9,8 @@ receives the plain `Config` object (via `OmegaConf.to_object`), never a `DictCon
 from __future__ import annotations
 
 import os
+import secrets
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -133,7 +135,10 @@ class ClusterConfig:
     mode: str = "local"
     num_nodes: int = 1
     procs_per_node: int = 1  # trainer processes per node
-    master_addr: str = "127.0.0.1"
+    master_addr: str = "127.0.0.1"  # every DDP/RPC listener binds to this address only
+    # Accept a non-loopback master_addr: the DDP and RPC ports have no authentication, so
+    # only on a private network every host of which is trusted (README, "Trust model").
+    allow_remote: bool = False
     master_port: int = 0  # 0: the local launcher picks free ports
     ip_config: str | None = None  # ssh mode: file with one `host [port]` per line
     ssh_cmd: str = "ssh"
@@ -186,8 +191,34 @@ GROUPS = {
 }
 
 
+_JOB_DIRS: dict[str, str] = {}
+
+
+def unique_job_dir(parent: str) -> str:
+    """`<parent>/<YYYY-mm-dd_HH-MM-SS>-<6 hex>`, created here with `mkdir` (never exist_ok).
+
+    Two jobs started in the same second (same `output_dir`) get different dirs: the suffix is
+    random and `mkdir` fails on a clash, so a job never shares its config, logs, checkpoints,
+    result.json or MLflow run id. Hydra resolves `hydra.run.dir` / `hydra.sweep.dir` more than
+    once per process; each parent gets its dir once per process.
+    """
+    if parent not in _JOB_DIRS:
+        Path(parent).mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+        while True:
+            path = Path(parent) / f"{stamp}-{secrets.token_hex(3)}"
+            try:
+                path.mkdir()
+                break
+            except FileExistsError:
+                continue
+        _JOB_DIRS[parent] = str(path)
+    return _JOB_DIRS[parent]
+
+
 def register_configs() -> None:
-    """Register the root schema and one `<group>/schema` entry per group."""
+    """Register the root schema, one `<group>/schema` entry per group, and our resolvers."""
+    OmegaConf.register_new_resolver("distgnn_unique_dir", unique_job_dir, replace=True)
     cs = ConfigStore.instance()
     cs.store(name="schema", node=Config)
     for group, node in GROUPS.items():
@@ -259,6 +290,50 @@ def _check_device(cfg: Config) -> None:
         )
 
 
+def _check_sizes(cfg: Config) -> None:
+    """A synthetic graph needs a node per part and a training node per part."""
+    if not cfg.dataset.name.startswith("synthetic"):
+        return
+    n, parts = cfg.dataset.num_nodes, cfg.partition.num_parts
+    train = max(1, int(n * cfg.dataset.train_frac))
+    _require(
+        n >= parts and (cfg.task != "train" or train >= parts),
+        "dataset.num_nodes",
+        n,
+        f"gives {train} training nodes for {parts} parts (cluster.num_nodes="
+        f"{cfg.cluster.num_nodes}): raise dataset.num_nodes or lower cluster.num_nodes",
+    )
+
+
+def is_loopback(addr: str) -> bool:
+    """Whether `addr` (an IP or a host name) resolves to a loopback address only."""
+    import ipaddress
+    import socket
+
+    try:
+        return ipaddress.ip_address(addr).is_loopback
+    except ValueError:
+        pass  # a host name: resolve it
+    try:
+        infos = socket.getaddrinfo(addr, None)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(i[4][0]).is_loopback for i in infos)
+
+
+def check_remote(addr: str, key: str, cluster: ClusterConfig) -> None:
+    """Listeners have no authentication: a non-loopback master must be asked for explicitly.
+
+    `key` names where the address came from (a config key, or torchrun's MASTER_ADDR).
+    """
+    if cluster.allow_remote or is_loopback(addr):
+        return
+    raise ConfigError(
+        f"{key}={addr!r} is not a loopback address: the DDP/RPC ports have no "
+        "authentication; on a private network of trusted hosts set cluster.allow_remote=true"
+    )
+
+
 def validate(cfg: Config) -> Config:
     """Cross-field checks run before any data is touched or any process starts."""
     _choice("task", cfg.task, TASKS)
@@ -312,6 +387,9 @@ def validate(cfg: Config) -> Config:
             cfg.partition.num_parts,
             f"must equal cluster.num_nodes={cfg.cluster.num_nodes} (one part per node)",
         )
+    _check_sizes(cfg)
+    if cfg.cluster.mode == "local":
+        check_remote(cfg.cluster.master_addr, "cluster.master_addr", cfg.cluster)
     if cfg.cluster.mode == "ssh":
         _require(
             bool(cfg.cluster.ip_config),

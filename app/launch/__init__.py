@@ -21,6 +21,12 @@ from typing import Any
 from app.config import Config, ConfigError, save_config
 from app.fsutil import file_lock
 from app.launch.plan import EnvPlan, ProcessPlan, plan_job, plan_ports
+from app.launch.precheck import (
+    check_partition_root,
+    check_ports_free,
+    disk_full_as_one_line,
+    verify_for_job,
+)
 from app.launch.spawn import JobFailed, die_with_parent, run_procs
 
 __all__ = ["JobFailed", "PARENT_RUN_ENV", "run_job"]
@@ -56,6 +62,11 @@ def prepare_partition(cfg: Config) -> Path:
 
             return ensure_link_partition(cfg)
         return ensure_partition(cfg)
+
+
+def partitions_dir(cfg: Config) -> Path:
+    """Where this job's partition is written (for the "no space left" message)."""
+    return Path(cfg.partition.root or Path(cfg.output_dir) / "partitions")
 
 
 HETERO_DATASETS = ("synthetic_mag", "ogbn_mag")
@@ -94,8 +105,12 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
     extra = {PARENT_RUN_ENV: parent_run_id} if parent_run_id else {}
     check_supported(cfg)
     ports = plan_ports(cfg, os.environ)  # also checks the env / ssh cluster description
-    partition_root = prepare_partition(cfg)
+    check_partition_root(cfg)
+    with disk_full_as_one_line(partitions_dir(cfg)):
+        partition_root = prepare_partition(cfg)
+    verify_for_job(cfg, partition_root)  # before any child: a corrupt file is one line
     plan = plan_job(cfg, job_dir, partition_root, ports, extra_env=extra)
+    check_ports_free(cfg, plan)
     if isinstance(plan, EnvPlan):
         die_with_parent()  # torchrun / srun killed: take this node's share down with it
     save_config(cfg, job_dir / "config.yaml")

@@ -30,7 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.config import Config, ConfigError
+from app.config import Config, ConfigError, check_remote
+from app.netutil import loopback_ifname_env
 from app.runtime import Runtime
 
 WORKER_MODULE = "app.launch.worker"
@@ -161,6 +162,7 @@ def read_env_cluster(cfg: Config, env: Mapping[str, str]) -> EnvCluster:
         )
     if not 0 <= ec.node_rank < n:
         raise ConfigError(f"node rank {ec.node_rank} from {ec.source} not in [0, {n})")
+    check_remote(ec.master_addr, f"MASTER_ADDR from {ec.source}", cfg.cluster)
     return ec
 
 
@@ -232,7 +234,10 @@ def plan_ports(cfg: Config, env: Mapping[str, str]) -> Ports:
         base = read_env_cluster(cfg, env).base_port
         return Ports(ddp=base + 1, rpc=base + 2)
     if mode == "ssh":
-        _, port = read_ip_config(cfg.cluster.ip_config or "", cfg.cluster.num_nodes)[0]
+        rows = read_ip_config(cfg.cluster.ip_config or "", cfg.cluster.num_nodes)
+        for host, _ in rows:
+            check_remote(host, f"host {host!r} in cluster.ip_config", cfg.cluster)
+        port = rows[0][1]
         base = cfg.cluster.master_port or port
         if not base:
             raise ConfigError(
@@ -277,6 +282,7 @@ def child_env(runtime: Runtime, threads: int, extra: Mapping[str, str]) -> dict[
     """The variables a child needs on top of the inherited environment."""
     n = str(max(1, threads))
     return {
+        **loopback_ifname_env(runtime.master_addr),  # gloo / TensorPipe data sockets on lo
         **extra,
         **runtime.to_env(),
         "PYTHONUNBUFFERED": "1",

@@ -69,6 +69,7 @@ class Child:
     log_path: Path
     reader: threading.Thread
     tail: deque[str]
+    echo: threading.Event  # cleared when the job stops: children's shutdown noise stays in logs
 
 
 def die_with_parent() -> None:
@@ -78,23 +79,89 @@ def die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def _pump(name: str, pipe: IO[bytes], log_path: Path, tail: deque[str], echo: bool) -> None:
-    """Copy `pipe` to the log file line by line (`\\r` ends a line too), prefixed by the name."""
+class _LogFile:
+    """A child's log file whose write errors (ENOSPC, EIO) never stop the pump.
+
+    Lines that cannot be written are counted and reported once, on the launcher's stderr and
+    in the file itself if space comes back; the child's pipe is drained either way, so a full
+    disk can never block a child on a full pipe.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.lost, self.error = path, 0, ""
+        try:
+            self.fh: IO[str] | None = open(path, "a", encoding="utf-8")
+        except OSError as err:
+            self.fh = None
+            self._failed(err)
+
+    def _failed(self, err: OSError) -> None:
+        if not self.error:
+            self.error = err.strerror or str(err)
+            print(f"[launcher] cannot write {self.path}: {self.error}", file=sys.stderr)
+
+    def write(self, line: str) -> None:
+        if self.fh is None:
+            self.lost += 1
+            return
+        try:
+            if self.lost:
+                self.fh.write(f"[launcher] {self.lost} lines lost: {self.error}\n")
+            self.fh.write(line + "\n")
+            self.fh.flush()
+            self.lost = 0
+        except OSError as err:
+            self.lost += 1
+            self._failed(err)
+            self._drop_buffer()
+
+    def _drop_buffer(self) -> None:
+        """Reopen the file: a failed flush leaves its bytes in the buffer, to fail again."""
+        fh, self.fh = self.fh, None
+        try:
+            fh.close()
+        except OSError:
+            pass
+        try:
+            self.fh = open(self.path, "a", encoding="utf-8")
+        except OSError:
+            self.fh = None
+
+    def close(self) -> None:
+        if self.fh is not None:
+            try:
+                self.fh.close()
+            except OSError:
+                pass
+
+
+def _pump(
+    name: str, pipe: IO[bytes], log_path: Path, tail: deque[str], echo: threading.Event
+) -> None:
+    """Copy `pipe` to the log file line by line (`\\r` ends a line too), prefixed by the name.
+
+    Reads until the child closes its end, whatever happens to the log file or the console.
+    """
     prefix = f"[{name}] "
     text = io.TextIOWrapper(pipe, encoding="utf-8", errors="replace", newline="")
-    with open(log_path, "a", encoding="utf-8") as log:
+    log = _LogFile(log_path)
+    try:
         for segment in text:
             raw = segment.rstrip("\r\n").removeprefix(prefix)  # log records carry it already
             if not raw:  # progress bars start with a bare "\r": no empty prefixed lines
                 continue
             line = prefix + raw
-            log.write(line + "\n")
-            log.flush()
+            log.write(line)
             tail.append(raw)
-            if echo:
+            if echo.is_set():
                 end = "\r" if segment.endswith("\r") and not segment.endswith("\r\n") else "\n"
-                sys.stdout.write(line + end)
-                sys.stdout.flush()
+                try:
+                    sys.stdout.write(line + end)
+                    sys.stdout.flush()
+                except OSError:
+                    pass  # a closed or full console must not stop the draining either
+    finally:
+        log.close()
 
 
 def base_env() -> dict[str, str]:
@@ -119,15 +186,18 @@ def start_child(spec: ProcSpec, log_dir: Path, echo: bool = False) -> Child:
         preexec_fn=die_with_parent,
     )
     tail: deque[str] = deque(maxlen=TAIL_LINES)
+    echoing = threading.Event()
+    if echo:
+        echoing.set()
     assert proc.stdout is not None
     reader = threading.Thread(
         target=_pump,
-        args=(spec.name, proc.stdout, log_path, tail, echo),
+        args=(spec.name, proc.stdout, log_path, tail, echoing),
         name=f"pump-{spec.name}",
         daemon=True,
     )
     reader.start()
-    return Child(spec, proc, log_path, reader, tail)
+    return Child(spec, proc, log_path, reader, tail, echoing)
 
 
 def _signal_group(child: Child, sig: int) -> None:
@@ -141,6 +211,7 @@ def stop_children(children: Iterable[Child], timeout_s: float) -> None:
     """SIGTERM every child's process group, SIGKILL what is left after `timeout_s`, reap all."""
     children = list(children)
     for c in children:
+        c.echo.clear()
         _signal_group(c, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
     for c in children:
@@ -164,14 +235,19 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
         return
 
+    received: list[int] = []
+
     def _raise(signum: int, frame: object) -> None:
+        received.append(signum)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a repeat must not cut the cleanup
         raise KeyboardInterrupt(f"signal {signum}")
 
     previous = signal.signal(signal.SIGTERM, _raise)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if not received:  # after a SIGTERM, stay deaf to repeats until the process exits
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _watch_exit(child: Child, exits: queue.Queue[Child]) -> None:

@@ -24,7 +24,11 @@ from app.partition.book import PartitionBook, book_from_meta
 
 FORMAT_VERSION = 1
 META_FILE = "META.json"
-REPARTITION_HINT = "re-run `python -m app task=partition partition.overwrite=true ...`"
+VERIFIED_FILE = ".verified.json"  # files whose checksums matched (see verify_files)
+REPARTITION_HINT = (
+    "partition again into a new folder (`python -m app task=partition partition.root=NEW ...`), "
+    "then remove the damaged one"
+)
 _CHUNK = 1 << 24
 # PyG's Partitioner saves edge features as `defaultdict(dict)`: harmless, so allow-listed.
 _SAFE_GLOBALS = [defaultdict, dict]
@@ -108,7 +112,7 @@ def read_meta(root: str | Path) -> dict[str, Any]:
         )
     try:
         meta = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise PartitionError(f"{path}: not valid JSON ({err}); {REPARTITION_HINT}") from err
     for key in ("num_parts", "is_hetero"):
         if key not in meta:
@@ -166,19 +170,93 @@ def _check_counts(meta: dict[str, Any], index: int, expected_num_parts: int | No
         raise PartitionError(f"part index {index} out of range [0, {num_parts}): check node_rank")
 
 
-def _verify(root: Path, meta: dict[str, Any], rel_paths: list[str]) -> None:
-    """Compare each file's xxh3 with META.json's `checksums` (catches truncation and edits)."""
+def _stat_key(path: Path) -> list[int]:
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns]
+
+
+def _read_marker(root: Path, meta_sum: str) -> dict[str, list[int]]:
+    """Files already verified against this exact META.json, with their size and mtime then."""
+    try:
+        marker = json.loads((root / VERIFIED_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(marker, dict) or marker.get("meta") != meta_sum:
+        return {}
+    files = marker.get("files")
+    return files if isinstance(files, dict) else {}
+
+
+def _write_marker(root: Path, meta_sum: str, files: dict[str, list[int]]) -> None:
+    """Record verified files atomically; a read-only partition just stays unmarked."""
+    from app.fsutil import write_text_atomic
+
+    try:
+        write_text_atomic(root / VERIFIED_FILE, json.dumps({"meta": meta_sum, "files": files}))
+    except OSError:
+        pass
+
+
+def check_finite(path: Path, node_feats: dict[str, Any]) -> None:
+    """Refuse feature tensors holding NaN or inf (they would train to loss=nan silently)."""
+    stores = node_feats.items() if "feats" not in node_feats else [(None, node_feats)]
+    for ntype, store in stores:
+        for key, value in (store.get("feats") or {}).items():
+            if not (isinstance(value, torch.Tensor) and value.is_floating_point()):
+                continue
+            bad = (~torch.isfinite(value)).sum().item()
+            if bad:
+                name = key if ntype is None else f"{ntype}.{key}"
+                raise PartitionError(
+                    f"{path}: feature {name!r} holds {bad} non-finite values (NaN/inf); "
+                    "clean the dataset's features, then partition into a new partition.root"
+                )
+
+
+def verify_files(root: Path, meta: dict[str, Any], rel_paths: list[str]) -> None:
+    """Compare each file's xxh3 with META.json's `checksums` (catches truncation and edits).
+
+    Node feature files are also checked for non-finite values. Each file is verified once:
+    `.verified.json` records it with its size and mtime, keyed by META.json's own hash, so a
+    reused partition costs a `stat` per file; an edited file (new size/mtime) is checked again.
+    """
     sums = meta.get("checksums", {})
+    meta_sum = file_checksum(root / META_FILE)
+    done = _read_marker(root, meta_sum)
+    fresh = dict(done)
     for rel in rel_paths:
         path = root / rel
         if not path.is_file():
             raise PartitionError(f"{path}: file missing; {REPARTITION_HINT}")
         if rel not in sums:
             raise PartitionError(f"{root / META_FILE}: no checksum for {rel}; {REPARTITION_HINT}")
+        key = _stat_key(path)
+        if done.get(rel) == key:
+            continue
         if file_checksum(path) != sums[rel]:
             raise PartitionError(
                 f"{path}: checksum mismatch (corrupt or edited); {REPARTITION_HINT}"
             )
+        if rel.endswith("/node_feats.pt"):
+            check_finite(path, torch_load(path))
+        fresh[rel] = key
+    if fresh != done:
+        _write_marker(root, meta_sum, fresh)
+
+
+def verify_partition(root: str | Path, expected_num_parts: int | None = None) -> dict[str, Any]:
+    """Verify every file of the partition at `root` once (see `verify_files`); return META.
+
+    The launcher calls this before any child starts, so a corrupt or mismatched partition is
+    one line naming the file, and the children's own checks hit the marker and cost nothing.
+    """
+    root = Path(root)
+    meta = read_meta(root)
+    if expected_num_parts is not None:
+        _check_counts(meta, 0, expected_num_parts)
+    if meta.get("format_version") is not None:  # PyG's partitions carry no checksums
+        verify_files(root, meta, sorted(meta.get("checksums", {})))
+    return meta
 
 
 def _load_maps(root: Path, meta: dict[str, Any], name: str) -> Any:
@@ -221,7 +299,7 @@ def load_partition(
         root: partition folder (contains META.json).
         idx: part to load (= cluster node rank).
         expected_num_parts: `cluster.num_nodes`; a mismatch is an error.
-        verify: compare checksums of the files read (skip for speed once trusted).
+        verify: compare checksums of the files read (once: later loads hit the marker).
     """
     root = Path(root)
     meta = read_meta(root)
@@ -233,7 +311,7 @@ def load_partition(
     rel_paths += part_files(idx)[: 3 if legacy else 4]
     rel_paths += list(node_time_files(meta).values())
     if verify and not legacy:
-        _verify(root, meta, rel_paths)
+        verify_files(root, meta, rel_paths)
     node_map = _load_maps(root, meta, "node_map")
     part = f"part_{idx}"
     graph = torch_load(root / part / "graph.pt")

@@ -46,6 +46,7 @@ def test_local_plan_ranks_names_and_env(compose, tmp_path):
         assert (p.runtime.ddp_port, p.runtime.rpc_port) == (29500, 29501)
         assert p.env["OMP_NUM_THREADS"] == "1"  # 8 cores / 8 processes
         assert p.env["PYTHONUNBUFFERED"] == "1"
+        assert p.env["GLOO_SOCKET_IFNAME"] == p.env["TP_SOCKET_IFNAME"] != ""  # loopback only
         assert p.env["DISTGNN_MLFLOW_PARENT_RUN_ID"] == "abc"
         assert p.runtime.config_path == str((tmp_path / "job" / "config.yaml").resolve())
         assert p.runtime.partition_root == str((tmp_path / "parts").resolve())
@@ -89,7 +90,12 @@ TORCHRUN_ENV = {
 
 
 def test_env_plan_runs_only_this_nodes_share(compose, tmp_path):
-    cfg = compose("cluster.mode=env", "cluster.num_nodes=2", "loader.num_workers=2")
+    cfg = compose(
+        "cluster.mode=env",
+        "cluster.num_nodes=2",
+        "loader.num_workers=2",
+        "cluster.allow_remote=true",
+    )
     plan = plan_job(cfg, tmp_path, tmp_path, environ=TORCHRUN_ENV, cores=6)
     assert isinstance(plan, EnvPlan) and plan.source == "torchrun"
     assert plan.node_rank == 1
@@ -102,7 +108,12 @@ def test_env_plan_runs_only_this_nodes_share(compose, tmp_path):
 
 
 def test_env_plan_slurm(compose, tmp_path):
-    cfg = compose("cluster.mode=env", "cluster.num_nodes=3", "cluster.master_port=40000")
+    cfg = compose(
+        "cluster.mode=env",
+        "cluster.num_nodes=3",
+        "cluster.master_port=40000",
+        "cluster.allow_remote=true",
+    )
     env = {"SLURM_NODEID": "2", "SLURM_NNODES": "3", "SLURM_LAUNCH_NODE_IPADDR": "10.1.1.1"}
     plan = plan_job(cfg, tmp_path, tmp_path, environ=env, cores=4)
     assert isinstance(plan, EnvPlan) and plan.source == "slurm"
@@ -142,6 +153,7 @@ def test_ssh_plan_commands(compose, tmp_path):
         "loader.num_workers=1",
         "cluster.workdir=/shared/my repo",
         "cluster.python=/opt/venv/bin/python",
+        "cluster.allow_remote=true",
     )
     plan = plan_job(cfg, tmp_path / "job", tmp_path, cores=4)
     assert isinstance(plan, SshPlan)
@@ -170,7 +182,12 @@ def test_ssh_plan_errors(compose, tmp_path):
     cfg = compose("cluster=ssh", f"cluster.ip_config={ipc}", "cluster.num_nodes=2")
     with pytest.raises(ConfigError, match="lists 1 hosts but cluster.num_nodes=2"):
         plan_job(cfg, tmp_path, tmp_path)
-    cfg = compose("cluster=ssh", f"cluster.ip_config={ipc}", "cluster.num_nodes=1")
+    cfg = compose(
+        "cluster=ssh",
+        f"cluster.ip_config={ipc}",
+        "cluster.num_nodes=1",
+        "cluster.allow_remote=true",
+    )
     with pytest.raises(ConfigError, match="no port on the first"):
         plan_job(cfg, tmp_path, tmp_path)
     with pytest.raises(ConfigError, match="expected `host \\[port\\]`"):

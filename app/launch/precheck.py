@@ -1,0 +1,143 @@
+"""Checks a job passes in the launcher before any child starts, each failure one line.
+
+A partition made for another job, a corrupt partition file, a busy fixed port or a full disk
+would otherwise surface after every child started (tens of seconds later, as a traceback from
+deep inside a child, or not at all: corrupt features train to `loss=nan` and "succeed").
+"""
+
+from __future__ import annotations
+
+import errno
+import shutil
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from app.config import Config, ConfigError
+from app.launch.plan import EnvPlan, LocalPlan, Ports, ProcessPlan
+from app.partition.reader import META_FILE, PartitionError, read_meta, verify_partition
+
+# torch.save reports a failed write (disk full) without an errno, e.g.
+# "[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598".
+_WRITE_FAILED = ("inline_container.cc", "PytorchStreamWriter failed", "file write failed")
+
+
+def expected_partition(cfg: Config) -> tuple[Path, str]:
+    """Folder and fingerprint of the partition this job uses (the link task has its own)."""
+    if cfg.train.objective == "link":
+        from app.train.dist_link import link_partition_root
+
+        root, fp, _ = link_partition_root(cfg)
+        return Path(root), fp
+    from app.partition.task import config_fingerprint, partition_root
+
+    fp = config_fingerprint(cfg)
+    return partition_root(cfg, fp), fp
+
+
+def check_partition_root(cfg: Config) -> None:
+    """The job's partition folder must hold its partition (or nothing yet).
+
+    Never suggests `partition.overwrite` first: the partition there may be someone's work.
+    """
+    root, wanted = expected_partition(cfg)
+    if not (root / META_FILE).is_file():
+        return  # nothing there yet: the job creates it
+    meta = read_meta(root)  # a damaged META.json is one PartitionError naming it
+    parts, nodes = int(meta["num_parts"]), cfg.partition.num_parts
+    if parts != nodes:
+        raise PartitionError(
+            f"partition at {root} has {parts} parts, this job has {nodes} nodes: set "
+            f"cluster.num_nodes={parts} or partition.root=<another folder>"
+        )
+    found = meta.get("fingerprint")
+    if found != wanted and not cfg.partition.overwrite:
+        raise PartitionError(
+            f"partition at {root} was made for another dataset or partition settings "
+            f"(fingerprint {found}, this job needs {wanted}): set partition.root=<another "
+            "folder>, or leave it unset to use the default folder"
+        )
+
+
+def verify_for_job(cfg: Config, root: Path) -> None:
+    """Every file's checksum and the features' finiteness, once per partition (marker)."""
+    verify_partition(root, cfg.cluster.num_nodes)
+
+
+def is_write_failure(err: BaseException) -> bool:
+    """ENOSPC / EDQUOT, or torch.save's errno-less failure ("[enforce fail at inline_container")."""
+    if isinstance(err, OSError):
+        return err.errno in (errno.ENOSPC, errno.EDQUOT)
+    return isinstance(err, RuntimeError) and any(s in str(err) for s in _WRITE_FAILED)
+
+
+def _free_mib(where: Path) -> float:
+    path = Path(where).resolve()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return shutil.disk_usage(path).free / 2**20
+
+
+@contextmanager
+def disk_full_as_one_line(where: Path) -> Iterator[None]:
+    """Turn "no space left" while writing under `where` into one line naming the path.
+
+    torch reports a failed write without an errno; by the time it arrives here the partition
+    writer has removed its half-written folder, so the free space shown is after that cleanup.
+    """
+    try:
+        yield
+    except (OSError, RuntimeError) as err:
+        if not is_write_failure(err):
+            raise
+        raise OSError(
+            errno.ENOSPC,
+            f"no space left on device writing under {where} ({_free_mib(where):.0f} MiB free "
+            "after cleanup): free some space, or set output_dir / partition.root on a larger disk",
+        ) from None
+
+
+def _bindable(addr: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((addr, port))
+            return True
+        except OSError:
+            return False
+
+
+def check_ports_free(cfg: Config, plan: ProcessPlan) -> None:
+    """A fixed port already in use fails here, not after the children started.
+
+    Checked where this machine is the one that listens: local mode, and node 0 in env mode.
+    Free ports picked by the launcher (`cluster.master_port=0`) were free a moment ago.
+    """
+    if not cfg.cluster.master_port and isinstance(plan, LocalPlan):
+        return
+    if isinstance(plan, EnvPlan) and plan.node_rank != 0:
+        return
+    if not isinstance(plan, LocalPlan | EnvPlan):
+        return
+    addr = plan.procs[0].runtime.master_addr if plan.procs else "127.0.0.1"
+    _check_ports(cfg, addr, plan.ports)
+
+
+def _check_ports(cfg: Config, addr: str, ports: Ports) -> None:
+    bind_addr = addr if _is_local_addr(addr) else ""
+    for what, port in (("ddp", ports.ddp), ("rpc", ports.rpc)):
+        if not _bindable(bind_addr, port):
+            raise ConfigError(
+                f"port {port} ({what}) on {addr} is busy: choose another cluster.master_port "
+                f"(now {cfg.cluster.master_port}; the job uses it and the next one), or 0 "
+                "for free ports (local mode)"
+            )
+
+
+def _is_local_addr(addr: str) -> bool:
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((addr, 0))
+        return True
+    except OSError:
+        return False

@@ -1,0 +1,62 @@
+"""Refuse jobs that cannot fit in this machine's memory, before anything is generated.
+
+A synthetic graph of `dataset.num_nodes=2000000000` would otherwise grow at hundreds of MB/s
+until the machine runs out of memory. The estimate covers generating the synthetic dataset and
+partitioning it (the peak of a job: the trainers later hold one part each). Its coefficients
+come from measured peak RSS (`bench/` figures in the README: 200k nodes, degree 25, 100
+features), rounded up; the check only refuses sizes that cannot fit.
+"""
+
+from __future__ import annotations
+
+from app.config import Config, ConfigError
+
+# Peak bytes per directed edge and per feature value while generating + partitioning
+# (edge index int64 pairs, METIS' symmetric CSR, the writer's sort permutations; features as
+# float32 in the generator, the cached dataset and the parts), plus the interpreter + torch.
+BYTES_PER_EDGE = 120
+BYTES_PER_FEATURE = 12
+BYTES_PER_NODE = 200
+BASE_BYTES = 1 << 30
+# synthetic_mag: all node types per paper, edges of every relation (reverses too) per paper.
+MAG_NODES_PER_PAPER = 2.7
+MAG_EDGES_PER_CITATION = 4.0
+SYNTHETIC = ("synthetic_products", "synthetic_mag")
+
+
+def estimate_bytes(cfg: Config) -> int:
+    """Peak memory of generating and partitioning `cfg`'s synthetic dataset (0: not synthetic).
+
+    OGB datasets have a fixed size on disk and are not estimated.
+    """
+    d = cfg.dataset
+    if d.name not in SYNTHETIC:
+        return 0
+    nodes, edges = float(d.num_nodes), float(d.num_nodes) * d.avg_degree
+    if d.name == "synthetic_mag":
+        nodes, edges = nodes * MAG_NODES_PER_PAPER, edges * MAG_EDGES_PER_CITATION
+    features = float(d.num_nodes) * d.num_features
+    return int(
+        BASE_BYTES + nodes * BYTES_PER_NODE + edges * BYTES_PER_EDGE + features * BYTES_PER_FEATURE
+    )
+
+
+def available_bytes() -> int:
+    """Memory the OS can give this job now without swapping (MemAvailable)."""
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def check_memory(cfg: Config, available: int | None = None) -> None:
+    """ConfigError (one line, with the estimate) when the job cannot fit in memory."""
+    need = estimate_bytes(cfg)
+    have = available_bytes() if available is None else available
+    if need > have:
+        d = cfg.dataset
+        raise ConfigError(
+            f"dataset.num_nodes={d.num_nodes} (avg_degree={d.avg_degree}, "
+            f"num_features={d.num_features}): generating and partitioning needs about "
+            f"{need / 2**30:.1f} GiB but {have / 2**30:.1f} GiB is available; lower "
+            "dataset.num_nodes or dataset.num_features, or run on a machine with more memory"
+        )

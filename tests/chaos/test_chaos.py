@@ -1,0 +1,243 @@
+"""Fault injection: kill or stop a random process of a 2-node job at a random moment.
+
+Each trial starts a real `python -m app` job (2 nodes, a sampler process per trainer), waits a
+random 0-8 s after its victim started (startup, RPC init, training or evaluation, depending on
+the draw), sends the signal and asserts:
+
+- the job ends non-zero within `sampler.rpc_timeout_s` + 15 s, naming the victim;
+- no process of the job survives; no /dev/shm file of its processes and no *.tmp remains;
+- its MLflow run (if rank 0 got to start one) is FAILED or KILLED;
+- the last checkpoint, if any, loads.
+
+`make test` runs TRIALS=3 (SIGKILL on a child, SIGTERM on the launcher); `make chaos` runs
+DISTGNN_CHAOS_TRIALS (default 30) with SIGSTOP too, and writes every trial to
+DISTGNN_CHAOS_REPORT (JSON) when set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from tests.conftest import REPO, run_app
+
+pytestmark = pytest.mark.dist
+
+TRIALS = int(os.environ.get("DISTGNN_CHAOS_TRIALS", "3"))
+SIGNALS = os.environ.get("DISTGNN_CHAOS_SIGNALS", "KILL,TERM").split(",")
+REPORT = os.environ.get("DISTGNN_CHAOS_REPORT")
+SEED = int(os.environ.get("DISTGNN_CHAOS_SEED", "0"))
+RPC_TIMEOUT_S = 10.0
+GRACE_S = 15.0
+CHILDREN = ("trainer0-0", "trainer1-0", "sampler0-0-0", "sampler1-0-0")
+JOB = (
+    "+experiment=smoke",
+    "cluster.num_nodes=2",
+    "loader.num_workers=1",
+    "train.epochs=50",
+    f"sampler.rpc_timeout_s={RPC_TIMEOUT_S}",
+    "cluster.init_timeout_s=60",
+    "cluster.shutdown_timeout_s=3",
+)
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory) -> Path:
+    """Dataset and partition made once for every trial."""
+    out = tmp_path_factory.mktemp("chaos")
+    proc = run_app("task=partition", *JOB, *_paths(out), "mlflow.enabled=false", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def report():
+    trials: list[dict] = []
+    yield trials
+    if trials:
+        slowest = max(t["exit_s"] for t in trials if t["exit_s"] is not None)
+        passed = sum(t["ok"] for t in trials)
+        print(f"\nchaos: {passed}/{len(trials)} trials passed, slowest exit {slowest:.1f} s")
+    if REPORT:
+        Path(REPORT).parent.mkdir(parents=True, exist_ok=True)
+        Path(REPORT).write_text(json.dumps(trials, indent=1))
+
+
+def _paths(out: Path) -> list[str]:
+    return [f"output_dir={out}", f"dataset.root={out / 'data'}"]
+
+
+def _name(p: psutil.Process) -> str | None:
+    """`trainer1-0` / `sampler0-0-0` from a child's DISTGNN_* environment."""
+    try:
+        env = p.environ()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+    if "DISTGNN_ROLE" not in env:
+        return None
+    node, local = env["DISTGNN_NODE_RANK"], env["DISTGNN_LOCAL_RANK"]
+    if env["DISTGNN_ROLE"] == "trainer":
+        return f"trainer{node}-{local}"
+    return f"sampler{node}-{local}-{env['DISTGNN_WORKER_INDEX']}"
+
+
+def _job_procs(launcher: subprocess.Popen, seen: dict[int, psutil.Process]) -> dict[str, int]:
+    """Record every descendant of the launcher (for the survivor check); name -> pid."""
+    names = {}
+    try:
+        kids = psutil.Process(launcher.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return names
+    for p in kids:
+        seen.setdefault(p.pid, p)
+        name = _name(p)
+        if name:
+            names[name] = p.pid
+    return names
+
+
+def _alive(procs: dict[int, psutil.Process]) -> list[int]:
+    out = []
+    for pid, p in procs.items():
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def _shm_of(pids: set[int]) -> list[str]:
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        return []
+    return [f.name for f in shm.iterdir() if any(f"_{pid}_" in f.name for pid in pids)]
+
+
+def _temps(root: Path) -> list[str]:
+    return [str(p) for p in root.rglob("*") if p.name.endswith(".tmp") or ".tmp-" in p.name]
+
+
+def _run_status(tmp: Path, job: Path) -> str | None:
+    run_file = job / "mlflow_run_id"
+    if not run_file.exists():
+        return None
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp}/mlflow.db")
+    return client.get_run(run_file.read_text().strip()).info.status
+
+
+def _draw(trial: int) -> tuple[str, str, float]:
+    """(victim, signal name, delay after the victim started), reproducible per trial."""
+    rng = random.Random(SEED * 1000 + trial)
+    sig = rng.choice(SIGNALS)
+    victim = "launcher" if sig == "TERM" else rng.choice(CHILDREN)
+    return victim, sig, rng.uniform(0.0, 8.0)
+
+
+def _start(shared: Path, tmp: Path, job: Path) -> subprocess.Popen:
+    args = [*JOB, *_paths(shared), f"mlflow.tracking_uri=sqlite:///{tmp}/mlflow.db"]
+    return subprocess.Popen(
+        [sys.executable, "-m", "app", *args, f"hydra.run.dir={job}"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _strike(launcher, victim, sig, delay, seen) -> tuple[float | None, int | None]:
+    """Wait for the victim, then `delay` s, then signal it; (time of the signal, its pid)."""
+    deadline = time.monotonic() + 120
+    pid = None
+    while pid is None:
+        if launcher.poll() is not None or time.monotonic() > deadline:
+            return None, None
+        pid = launcher.pid if victim == "launcher" else _job_procs(launcher, seen).get(victim)
+        time.sleep(0.05)
+    end = time.monotonic() + delay
+    while time.monotonic() < end and launcher.poll() is None:
+        _job_procs(launcher, seen)
+        time.sleep(0.05)
+    _job_procs(launcher, seen)
+    if launcher.poll() is not None:
+        return None, None
+    os.kill(pid, getattr(signal, f"SIG{sig}"))
+    return time.monotonic(), pid
+
+
+@pytest.mark.parametrize("trial", range(TRIALS))
+def test_random_fault_ends_the_job_cleanly(shared, tmp_path, report, trial):
+    victim, sig, delay = _draw(trial)
+    job = tmp_path / "run"
+    seen: dict[int, psutil.Process] = {}
+    launcher = _start(shared, tmp_path, job)
+    limit = RPC_TIMEOUT_S + GRACE_S
+    record = {"trial": trial, "victim": victim, "signal": sig, "delay_s": round(delay, 2)}
+    try:
+        struck, pid = _strike(launcher, victim, sig, delay, seen)
+        if struck is None:
+            pytest.fail(f"job ended before the signal: {launcher.communicate(timeout=30)[1]}")
+        try:
+            _, err = launcher.communicate(timeout=limit)
+            exit_s = time.monotonic() - struck
+        except subprocess.TimeoutExpired:
+            launcher.kill()
+            err, exit_s = launcher.communicate(timeout=30)[1], None
+    finally:
+        for p in [launcher.pid, *_alive(seen)]:
+            try:
+                os.kill(p, signal.SIGCONT)
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        launcher.wait(timeout=30)
+    time.sleep(0.5)  # let the kernel reap children re-parented to init
+    record.update(
+        exit_s=None if exit_s is None else round(exit_s, 2),
+        returncode=launcher.returncode,
+        survivors=_alive(seen),
+        shm=_shm_of(set(seen) | {launcher.pid}),
+        temps=_temps(job) + _temps(shared / "partitions"),
+        mlflow=_run_status(tmp_path, job),
+    )
+    want_name = f"{victim} failed" if sig == "KILL" else victim
+    checks = {
+        "ended in time": exit_s is not None,
+        "non-zero": launcher.returncode not in (0, None),
+        "names the victim": sig == "TERM" or want_name in err,
+        "no survivor": not record["survivors"],
+        "no /dev/shm file": not record["shm"],
+        "no *.tmp": not record["temps"],
+        "run FAILED/KILLED": record["mlflow"] in (None, "FAILED", "KILLED"),
+        "checkpoint loads": _checkpoint_loads(job),
+    }
+    if sig == "TERM":  # -15: killed before Python ran its handler (a shell reports 143 too)
+        checks["exit 143"] = launcher.returncode in (143, -signal.SIGTERM)
+    record["failed_checks"] = [k for k, ok in checks.items() if not ok]
+    record["ok"] = not record["failed_checks"]
+    record["stderr_tail"] = err.strip().splitlines()[-3:]
+    report.append(record)
+    assert record["ok"], f"{record}\n{err[-1500:]}"
+
+
+def _checkpoint_loads(job: Path) -> bool:
+    path = job / "checkpoints" / "last.pt"
+    if not path.exists():
+        return True
+    try:
+        torch.load(path, weights_only=True)
+        return True
+    except Exception:
+        return False

@@ -1,0 +1,187 @@
+"""Trust (issue 12), launcher side: every bad partition, port or disk is one line, early.
+
+"Early" is checked by its effect: the job dir gets no logs/ (no child was started).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from app.config import ConfigError
+from app.launch import run_job
+from app.launch.plan import ProcSpec
+from app.launch.spawn import run_procs
+from app.partition.reader import PartitionError
+from app.runtime import Runtime
+from tests.conftest import REPO, run_app
+
+SMOKE = ("+experiment=smoke", "cluster.num_nodes=2", "mlflow.enabled=false")
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> Path:
+    """Output dir holding the smoke dataset and its 2-part partition at `<dir>/P`."""
+    out = tmp_path_factory.mktemp("trust")
+    proc = run_app(
+        "task=partition", *SMOKE, *_paths(out), f"partition.root={out / 'P'}", timeout=180
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return out
+
+
+def _paths(out: Path) -> list[str]:
+    return [f"output_dir={out}", f"dataset.root={out / 'data'}"]
+
+
+def _job(compose, made: Path, root: Path, *extra: str):
+    return compose(*SMOKE, *_paths(made), f"partition.root={root}", *extra)
+
+
+def _copy(made: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(made / "P", tmp_path / "P"))
+
+
+def _refused(cfg, tmp_path: Path, error: type, match: str) -> str:
+    job = tmp_path / "job"
+    with pytest.raises(error, match=match) as err:
+        run_job(cfg, job)
+    assert not (job / "logs").exists()  # found before any child started
+    msg = str(err.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_overwritten_features_fail_before_any_child(compose, made, tmp_path):
+    root = _copy(made, tmp_path)
+    path = root / "part_0" / "node_feats.pt"
+    with open(path, "r+b") as f:  # the hostile test's damage: a block of 0xFF mid-file
+        f.seek(path.stat().st_size // 3)
+        f.write(b"\xff" * 4096)
+    _refused(_job(compose, made, root), tmp_path, PartitionError, "node_feats.pt: checksum")
+
+
+def test_truncated_file_fails_before_any_child(compose, made, tmp_path):
+    root = _copy(made, tmp_path)
+    os.truncate(root / "part_1" / "graph.pt", 1000)
+    _refused(_job(compose, made, root), tmp_path, PartitionError, "part_1/graph.pt: checksum")
+
+
+def test_partition_for_other_node_count_suggests_a_safe_fix(compose, made, tmp_path):
+    cfg = _job(compose, made, made / "P", "cluster.num_nodes=3")
+    msg = _refused(cfg, tmp_path, PartitionError, "has 2 parts, this job has 3 nodes")
+    assert "cluster.num_nodes=2" in msg and "overwrite" not in msg
+
+
+def test_partition_of_other_dataset_suggests_a_safe_fix(compose, made, tmp_path):
+    cfg = _job(compose, made, made / "P", "dataset.num_nodes=2100")
+    msg = _refused(cfg, tmp_path, PartitionError, "made for another dataset")
+    assert "overwrite" not in msg
+
+
+def test_busy_fixed_port_fails_before_any_child(compose, made, tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        cfg = _job(compose, made, made / "P", f"cluster.master_port={port}")
+        _refused(cfg, tmp_path, ConfigError, f"port {port} \\(ddp\\) on 127.0.0.1 is busy")
+
+
+def _printer(name: str, lines: int) -> ProcSpec:
+    code = f"import sys\nfor i in range({lines}): print('x' * 100, i)\nprint('last line')"
+    rt = Runtime("trainer", 0, 1, 0, 1, -1, 0, "127.0.0.1", 1, 2, "", "", "")
+    return ProcSpec(name, "trainer", 0, "127.0.0.1", [sys.executable, "-c", code], {}, rt)
+
+
+def test_log_pump_survives_a_full_disk_and_drains_the_pipe(tmp_path, capfd):
+    """/dev/full fails every write with ENOSPC: the child (2 MB of output, far more than a pipe
+    holds) must still finish, and the launcher keeps the last lines for the failure report."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "chatty.log").symlink_to("/dev/full")
+    run_procs([_printer("chatty", 20000)], logs, timeout_s=60)
+    assert "No space left on device" in capfd.readouterr().err
+
+
+def _mount_tmpfs(path: Path, size: str) -> bool:
+    path.mkdir()
+    ok = (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+        ).returncode
+        == 0
+    )
+    return ok
+
+
+def test_disk_full_while_partitioning_is_one_line(made, tmp_path):
+    small = tmp_path / "small"
+    if not _mount_tmpfs(small, "200k"):
+        pytest.skip("needs permission to mount a small tmpfs")
+    try:
+        proc = run_app(
+            "task=partition", *SMOKE, *_paths(made), f"partition.root={small / 'P'}", timeout=180
+        )
+    finally:
+        subprocess.run(["umount", str(small)], check=False)
+    assert proc.returncode == 1
+    (line,) = proc.stderr.strip().splitlines()[-1:]
+    assert "no space left on device" in line and str(small) in line
+    assert "Traceback" not in proc.stderr
+
+
+def test_sigterm_stops_the_job_with_143_and_no_traceback(made, tmp_path):
+    job = tmp_path / "run"
+    args = [
+        *SMOKE,
+        *_paths(made),
+        f"partition.root={made / 'P'}",
+        f"hydra.run.dir={job}",
+        "train.epochs=50",
+        "cluster.shutdown_timeout_s=3",
+    ]
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "app", *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while not list((job / "logs").glob("trainer1-0.log")):
+            if time.monotonic() > deadline or launcher.poll() is not None:
+                pytest.fail(f"job did not start: {launcher.communicate(timeout=10)}")
+            time.sleep(0.2)
+        time.sleep(2.0)
+        launcher.send_signal(signal.SIGTERM)
+        out, err = launcher.communicate(timeout=60)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    assert launcher.returncode == 143, err[-2000:]
+    assert "Traceback" not in out + err
+    assert "terminated (SIGTERM)" in err
+
+
+def test_meta_byte_flip_in_the_default_folder_names_the_file(compose, made, tmp_path):
+    from app.launch.precheck import expected_partition
+
+    cfg = compose(*SMOKE, f"output_dir={tmp_path}", f"dataset.root={made / 'data'}")
+    root, _ = expected_partition(cfg)
+    shutil.copytree(made / "P", root)
+    raw = bytearray((root / "META.json").read_bytes())
+    raw[3] = 0xFF
+    (root / "META.json").write_bytes(bytes(raw))
+    msg = _refused(cfg, tmp_path, PartitionError, "META.json: not valid JSON")
+    assert "overwrite" not in msg

@@ -1,0 +1,156 @@
+"""Trust (issue 12): partitions verified once, memory refused up front, configs checked early."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from torch_geometric.data import Data
+
+from app.config import ConfigError
+from app.limits import check_memory, estimate_bytes
+from app.partition import reader
+from app.partition.reader import VERIFIED_FILE, PartitionError, load_partition, verify_partition
+from app.partition.writer import partition_graph
+from tests.conftest import REPO, run_app
+
+
+def _graph(n: int = 300, nan: bool = False) -> Data:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 8, generator=g)
+    if nan:
+        x[7, 3] = float("nan")
+    edge_index = torch.randint(0, n, (2, 6 * n), generator=g)
+    mask = torch.zeros(n, dtype=torch.bool)
+    mask[: n // 2] = True
+    y = torch.randint(0, 4, (n,), generator=g)
+    return Data(x=x, y=y, edge_index=edge_index, train_mask=mask, val_mask=~mask, test_mask=~mask)
+
+
+@pytest.fixture(scope="module")
+def part_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("trust") / "p"
+    partition_graph(_graph(), root, 2, method="random")
+    return root
+
+
+def _copy(root, dst):
+    import shutil
+
+    shutil.copytree(root, dst)
+    return dst
+
+
+def test_each_file_is_verified_once_then_rechecked_when_changed(part_root, tmp_path, monkeypatch):
+    root = _copy(part_root, tmp_path / "p")
+    (root / VERIFIED_FILE).unlink(missing_ok=True)
+    calls: list[str] = []
+    real = reader.file_checksum
+    monkeypatch.setattr(reader, "file_checksum", lambda p: calls.append(p.name) or real(p))
+    verify_partition(root, 2)
+    files = json.loads((root / VERIFIED_FILE).read_text())["files"]
+    assert "part_1/node_feats.pt" in files and "node_map.pt" in files
+    first = len(calls)
+    calls.clear()
+    verify_partition(root, 2)
+    load_partition(root, 1, 2)  # the children's verify=True load hits the marker too
+    assert calls == ["META.json", "META.json"]  # reuse: only META.json's own hash
+    assert first > 8
+    path = root / "part_1" / "node_feats.pt"
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2 : len(raw) // 2 + 64] = b"\xff" * 64
+    path.write_bytes(bytes(raw))
+    with pytest.raises(PartitionError, match=r"part_1/node_feats.pt: checksum mismatch") as err:
+        verify_partition(root, 2)
+    assert "\n" not in str(err.value) and "overwrite" not in str(err.value)
+
+
+def test_non_finite_features_are_refused_in_one_line(tmp_path):
+    root = partition_graph(_graph(nan=True), tmp_path / "nan", 2, method="random").root
+    with pytest.raises(PartitionError, match=r"node_feats.pt: feature 'x' holds 1 non-finite"):
+        verify_partition(root, 2)
+    with pytest.raises(PartitionError, match="non-finite"):
+        load_partition(root, 0) if _owner(root, 7) == 0 else load_partition(root, 1)
+
+
+def _owner(root, node: int) -> int:
+    return int(torch.load(root / "node_map.pt", weights_only=True)[node])
+
+
+def test_meta_byte_flip_names_the_file(part_root, tmp_path):
+    root = _copy(part_root, tmp_path / "p")
+    raw = bytearray((root / "META.json").read_bytes())
+    raw[3] = 0xFF
+    (root / "META.json").write_bytes(bytes(raw))
+    with pytest.raises(PartitionError, match=r"META.json: not valid JSON") as err:
+        verify_partition(root)
+    assert "\n" not in str(err.value)
+
+
+def test_memory_estimate_refuses_huge_graphs_in_one_line(compose):
+    cfg = compose("+experiment=smoke", "dataset.num_nodes=2000000000")
+    with pytest.raises(ConfigError, match=r"needs about \d+\.\d GiB but 8\.0 GiB is available"):
+        check_memory(cfg, available=8 << 30)
+    small = compose("+experiment=smoke")
+    check_memory(small, available=8 << 30)
+    assert 0 < estimate_bytes(small) < estimate_bytes(cfg)
+    assert estimate_bytes(compose("+experiment=products_homo")) < 8 << 30  # the main job fits
+
+
+def test_dataset_smaller_than_the_cluster_fails_validation(compose):
+    with pytest.raises(ConfigError, match=r"dataset.num_nodes=1: gives 1 training nodes for 2"):
+        compose("+experiment=smoke", "dataset.num_nodes=1", "cluster.num_nodes=2")
+
+
+def test_remote_master_needs_allow_remote(compose):
+    with pytest.raises(ConfigError, match=r"cluster.master_addr='10.1.2.3' is not a loopback"):
+        compose("cluster.master_addr=10.1.2.3")
+    assert compose("cluster.master_addr=10.1.2.3", "cluster.allow_remote=true").cluster.allow_remote
+    assert compose("cluster.master_addr=localhost").cluster.master_addr == "localhost"
+
+
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        ("train.epochs=-3", "train.epochs=-3: must be > 0"),
+        ("sampler.num_neighbors=[5]", "has 1 hops but model.num_layers=2"),
+        ("model.name=foo", "model.name='foo': expected one of"),
+    ],
+)
+def test_cfg_job_validates_and_fails_nonzero(bad, match):
+    proc = run_app("+experiment=smoke", bad, "--cfg", "job", timeout=60)
+    assert proc.returncode == 2, proc.stdout[-500:]
+    assert proc.stderr.startswith("config error: ") and match in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    good = run_app("+experiment=smoke", "--cfg", "job", timeout=60)
+    assert good.returncode == 0 and "num_nodes: 2000" in good.stdout
+
+
+def test_jobs_started_in_the_same_second_get_their_own_dirs(tmp_path):
+    """Two real `python -m app` jobs with one output_dir, started together: two job dirs."""
+    args = [
+        sys.executable,
+        "-m",
+        "app",
+        "task=partition",
+        "+experiment=smoke",
+        "dataset.num_nodes=300",
+        f"output_dir={tmp_path}",
+        f"dataset.root={tmp_path / 'data'}",
+        "mlflow.enabled=false",
+    ]
+    pipes = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    procs = [subprocess.Popen(args, cwd=REPO, **pipes) for _ in range(2)]
+    for p in procs:
+        _, err = p.communicate(timeout=180)
+        assert p.returncode == 0, err[-2000:]
+    dirs = sorted((tmp_path / "runs").iterdir())
+    assert len(dirs) == 2, dirs
+    for d in dirs:
+        assert (d / ".hydra" / "config.yaml").is_file()
+        assert len(d.name.rsplit("-", 1)[1]) == 6  # <timestamp>-<6 hex>
+        assert d.name.startswith(time.strftime("%Y-%m-%d"))
