@@ -33,7 +33,10 @@ import json
 import logging
 import os
 import shutil
+import struct
 import time
+import zipfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,12 +46,13 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from app.dataset.chunked import CHUNK_NODES, Buckets, ChunkedGraph
+from app.dataset.chunked import CHUNK_EDGES, CHUNK_NODES, Buckets, ChunkedGraph
 from app.partition.reader import (
     FORMAT_VERSION,
     META_FILE,
     PartitionError,
     csc_pointer,
+    file_checksum,
     halo_of,
     read_meta,
 )
@@ -82,13 +86,13 @@ def stream_memory_gb(
 
     ~64 B per node (maps, weights, degrees, labels, masks, CSC pointer), ~64 B per edge of the
     largest part (row/col/edge id, sort order, sorted copies), its feature rows, the pages of
-    edge_map.pt (8 B per edge, memory-mapped while saved), one chunk of each stream, and the
+    one chunk of each stream (edge_map.pt is written block by block: `save_streamed`), and the
     interpreter with torch, numba and pymetis loaded (BASELINE_GB).
     """
     part_edges = num_edges / num_parts * (1 + IMBALANCE)
     part_rows = num_nodes / num_parts * (1 + IMBALANCE)
     rows = part_rows + min(num_nodes, CHUNK_NODES)
-    total = 64 * num_nodes + 64 * part_edges + 4 * num_features * rows + 8 * num_edges
+    total = 64 * num_nodes + 64 * part_edges + 4 * num_features * rows + 8 * CHUNK_EDGES
     if spill:  # neighbour lists regrouped: one sorted bucket of keys and its quotients
         total += 3 * 8 * min(SPILL_KEYS, 2 * num_edges)
     return BASELINE_GB + total / GIB
@@ -315,18 +319,63 @@ def stream_assign(
 # ---------------------------------------------------------------- writing
 
 
-def _edge_map(graph: ChunkedGraph, part: np.ndarray, tmp: Path, out: _Writer) -> int:
+def save_streamed(out: _Writer, rel: str, size: int, blocks: Iterator[np.ndarray]) -> None:
+    """`torch.save` file of an int64 [size] tensor whose data arrive in `blocks`, never whole.
+
+    torch.save of an untouched `torch.empty` writes the archive around zero pages (never
+    resident); the data record is then overwritten in place block by block and its CRC-32
+    patched in the record's data descriptor and central directory entry, so the file is the
+    one torch.save would have written for the full tensor (loads with or without mmap).
+    """
+    path = out.folder / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(torch.empty(size, dtype=torch.int64), path)
+    with zipfile.ZipFile(path) as zf:
+        record = next(i for i in zf.infolist() if i.filename.endswith("/data/0"))
+        central = zf.start_dir
+    with open(path, "r+b") as fh:
+        fh.seek(record.header_offset + 26)
+        name_len, extra_len = struct.unpack("<HH", fh.read(4))
+        fh.seek(record.header_offset + 30 + name_len + extra_len)
+        crc, written = 0, 0
+        for block in blocks:
+            data = np.ascontiguousarray(block, dtype=np.int64).data
+            crc = zlib.crc32(data, crc)
+            written += fh.write(data)
+        if written != 8 * size or fh.read(4) != b"PK\x07\x08":
+            raise PartitionError(f"{path}: streamed {written} bytes into a {8 * size}-byte record")
+        fh.write(struct.pack("<I", crc))  # the data descriptor's CRC-32
+        _patch_central_crc(fh, central, record.filename.encode(), crc)
+    out.checksums[rel] = file_checksum(path)
+
+
+def _patch_central_crc(fh: Any, offset: int, name: bytes, crc: int) -> None:
+    """Set the CRC-32 of zip entry `name` in the central directory starting at `offset`."""
+    while True:
+        fh.seek(offset)
+        head = fh.read(46)
+        if head[:4] != b"PK\x01\x02":
+            raise PartitionError(f"zip entry {name!r} not in the central directory")
+        name_len, extra_len, comment_len = struct.unpack("<HHH", head[28:34])
+        if fh.read(name_len) == name:
+            fh.seek(offset + 16)
+            fh.write(struct.pack("<I", crc))
+            return
+        offset += 46 + name_len + extra_len + comment_len
+
+
+def _edge_map(graph: ChunkedGraph, part: np.ndarray, out: _Writer) -> int:
     """Write edge_map.pt (edge -> part of its destination) chunk by chunk; the edge cut."""
-    raw, cut = tmp / "edge_map.bin", 0
-    with open(raw, "wb") as fh:
+    cut = 0
+
+    def blocks() -> Iterator[np.ndarray]:
+        nonlocal cut
         for _, src, dst in graph.edge_chunks():
             dst_part = part[dst]
             cut += int(np.count_nonzero(part[src] != dst_part))
-            dst_part.tofile(fh)
-    edge_map = torch.from_file(str(raw), shared=False, size=graph.num_edges, dtype=torch.int64)
-    out.save(edge_map, "edge_map.pt")
-    del edge_map
-    raw.unlink()
+            yield dst_part
+
+    save_streamed(out, "edge_map.pt", graph.num_edges, blocks())
     return cut
 
 
@@ -462,7 +511,7 @@ def stream_partition(
         out = _Writer(tmp)
         node_map = torch.from_numpy(part)
         out.save(node_map, "node_map.pt")
-        cut = _edge_map(graph, part, tmp, out)
+        cut = _edge_map(graph, part, out)
         names = ("y", "time", *(f"{s}_mask" for s in SPLITS))
         node_data = {k: graph.node_array(k) for k in names}
         node_data = {k: v for k, v in node_data.items() if v is not None}
