@@ -112,9 +112,8 @@ class ChunkedWriter:
         if len(rows) == 0:
             return
         self.node_dtypes.setdefault(name, str(rows.dtype))
-        buf = self.node_bufs.setdefault(name, [])
-        buf.append(rows)
-        while sum(len(b) for b in buf) >= self.chunk_nodes:
+        self.node_bufs.setdefault(name, []).append(rows)
+        while sum(len(b) for b in self.node_bufs[name]) >= self.chunk_nodes:
             self._flush_nodes(name, self.chunk_nodes)
 
     def _flush_nodes(self, name: str, size: int) -> None:
@@ -267,7 +266,12 @@ class Buckets:
         keys.tofile(self.path(b))
 
 
-def write_data(data: Any, root: str | os.PathLike, chunk_edges: int = CHUNK_EDGES) -> Path:
+def write_data(
+    data: Any,
+    root: str | os.PathLike,
+    chunk_edges: int = CHUNK_EDGES,
+    chunk_nodes: int = CHUNK_NODES,
+) -> Path:
     """Convert a homogeneous in-memory `Data` to the chunked format (edge order is kept)."""
     if not hasattr(data, "edge_index") or hasattr(data, "node_types"):
         raise ConfigError(
@@ -276,7 +280,7 @@ def write_data(data: Any, root: str | os.PathLike, chunk_edges: int = CHUNK_EDGE
         )
     n = int(data.num_nodes)
     edge_index = data.edge_index.numpy()
-    with ChunkedWriter(root, n, chunk_edges=chunk_edges) as out:
+    with ChunkedWriter(root, n, chunk_edges, chunk_nodes) as out:
         for lo in range(0, edge_index.shape[1], chunk_edges):
             out.add_edges(
                 edge_index[0, lo : lo + chunk_edges], edge_index[1, lo : lo + chunk_edges]

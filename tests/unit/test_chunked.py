@@ -44,9 +44,10 @@ def test_convert_round_trip_in_fixed_chunks(tmp_path):
         edge_index=torch.randint(0, n, (2, e), generator=gen),
         train_mask=torch.rand(n, generator=gen) < 0.3,
     )
-    graph = ChunkedGraph(write_data(data, tmp_path / "g", chunk_edges=1000))
+    graph = ChunkedGraph(write_data(data, tmp_path / "g", chunk_edges=1000, chunk_nodes=200))
     counts = [c["count"] for c in graph.manifest["edges"]["chunks"]]
     assert counts == [1000, 1000, 345]
+    assert [c["count"] for c in graph.manifest["nodes"]["x"]["chunks"]] == [200, 200, 100]
     assert not graph.sorted_by_src and not graph.symmetric
     assert np.array_equal(_edges(graph), data.edge_index.numpy())
     assert graph.num_nodes == n and graph.num_edges == e
