@@ -73,7 +73,8 @@ def _ensure(cfg: Config, data: Any = None) -> PartitionMeta:
         return existing
     if cfg.partition.method == "stream":
         return _stream(cfg, data, root, fp, dataset_fp)
-    advise_on_memory(cfg)
+    if cfg.partition.method == "metis":
+        advise_on_memory(cfg)
     if data is None:
         from app.dataset import load_dataset
 
@@ -90,14 +91,13 @@ def advise_on_memory(cfg: Config) -> None:
     need = metis_memory_gb(d.num_nodes, int(d.num_nodes * d.avg_degree), d.num_features)
     if budget is not None and need > budget:
         log.warning(
-            "partition.method=%s: estimated peak %.1f GiB > partition.memory_budget_gb=%s; "
+            "partition.method=metis: estimated peak %.1f GiB > partition.memory_budget_gb=%s; "
             "partition=stream partitions within the budget",
-            cfg.partition.method,
             need,
             budget,
         )
     else:
-        log.info("partition.method=%s: estimated peak %.1f GiB", cfg.partition.method, need)
+        log.info("partition.method=metis: estimated peak %.1f GiB (budget %s)", need, budget)
 
 
 def chunked_graph_root(cfg: Config) -> Path:

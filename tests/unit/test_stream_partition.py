@@ -167,3 +167,15 @@ def test_streamed_save_is_a_valid_torch_file(tmp_path):
     assert set(out.checksums) == {"m/e.pt"}
     with pytest.raises(PartitionError, match="streamed 16 bytes into a 24-byte record"):
         save_streamed(out, "short.pt", 3, iter([values[:2].numpy()]))
+
+
+def test_metis_over_budget_is_advised(tmp_path, caplog):
+    import logging
+
+    import app.partition.task as task
+
+    cfg = to_config({**_cfg(tmp_path, method="metis", memory_budget_gb=1.0)})
+    cfg.dataset.num_nodes = 2_449_029
+    with caplog.at_level(logging.INFO, logger="distgnn"):
+        task.advise_on_memory(cfg)
+    assert "> partition.memory_budget_gb=1.0; partition=stream" in caplog.text
