@@ -152,8 +152,11 @@ def _stream(cfg: Config, data: Any, root: Path, fp: str, dataset_fp: str) -> Par
 
 
 def write_partition(cfg: Config, data: Any, root: Path, dataset_fp: str) -> PartitionMeta:
-    """`partition_graph` of `data` into `root` with the job's `partition.*` settings."""
+    """`partition_graph` of `data` into `root` with the job's `partition.*` settings (or the
+    streaming partitioner, through a chunked copy of `data`, for `partition.method=stream`)."""
     p = cfg.partition
+    if p.method == "stream":
+        return _stream(cfg, data, root, config_fingerprint(cfg, dataset_fp), dataset_fp)
     return partition_graph(
         data,
         root,

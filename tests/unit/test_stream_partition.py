@@ -179,3 +179,15 @@ def test_metis_over_budget_is_advised(tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="distgnn"):
         task.advise_on_memory(cfg)
     assert "> partition.memory_budget_gb=1.0; partition=stream" in caplog.text
+
+
+def test_write_partition_streams_given_data(tmp_path):
+    """The path that partitions an in-memory graph (link prediction's training edges)."""
+    import app.partition.task as task
+
+    cfg = to_config(_cfg(tmp_path))
+    data = community_graph()
+    meta = task.write_partition(cfg, data, tmp_path / "p", "fp")
+    assert meta.method == "stream" and meta.fingerprint == task.config_fingerprint(cfg, "fp")
+    check_homo(data, tmp_path / "p", 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p"], "chunked copy left behind"
