@@ -20,7 +20,7 @@ from omegaconf import II, OmegaConf
 
 DATASETS = ("synthetic_products", "synthetic_mag", "ogbn_products", "ogbn_mag")
 MODELS = ("sage", "gat", "gcn", "mlp")
-PARTITION_METHODS = ("metis", "random")
+PARTITION_METHODS = ("metis", "random", "stream")
 EVAL_MODES = ("layerwise", "sampled")
 SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
 TEMPORAL_STRATEGIES = ("uniform", "last")
@@ -62,6 +62,11 @@ class PartitionConfig:
     relabel: bool = False  # renumber nodes so each part owns a contiguous range
     root: str | None = None  # default: <output_dir>/partitions/<dataset fingerprint>
     overwrite: bool = False
+    # Peak memory (GiB) partitioning may use; null: no limit. method=stream refuses up front a
+    # graph/num_parts it cannot stream within it; method=metis logs advice when METIS's
+    # estimated peak exceeds it.
+    memory_budget_gb: float | None = None
+    refine_passes: int = 2  # stream: restreaming refinement passes after the initial assignment
 
 
 @dataclass
@@ -334,6 +339,28 @@ def check_remote(addr: str, key: str, cluster: ClusterConfig) -> None:
     )
 
 
+def _check_partition(cfg: Config) -> None:
+    """The memory budget and the streaming partitioner's limits (homogeneous, no relabel)."""
+    p = cfg.partition
+    budget = p.memory_budget_gb
+    _require(budget is None or budget > 0, "partition.memory_budget_gb", budget, "must be > 0")
+    _require(p.refine_passes >= 0, "partition.refine_passes", p.refine_passes, "must be >= 0")
+    if p.method != "stream":
+        return
+    _require(
+        cfg.dataset.name in ("synthetic_products", "ogbn_products"),
+        "dataset.name",
+        cfg.dataset.name,
+        "partition.method=stream handles homogeneous graphs only; use partition=metis",
+    )
+    _require(
+        not p.relabel,
+        "partition.relabel",
+        p.relabel,
+        "not supported by partition.method=stream; set partition.relabel=false",
+    )
+
+
 def validate(cfg: Config) -> Config:
     """Cross-field checks run before any data is touched or any process starts."""
     _choice("task", cfg.task, TASKS)
@@ -374,6 +401,7 @@ def validate(cfg: Config) -> Config:
     _require(
         cfg.loader.num_workers >= 0, "loader.num_workers", cfg.loader.num_workers, "must be >= 0"
     )
+    _check_partition(cfg)
     _require(
         0 < cfg.dataset.train_frac and cfg.dataset.train_frac + cfg.dataset.val_frac < 1,
         "dataset.train_frac",

@@ -1,6 +1,8 @@
 """Step 2 of the data path: cut the graph into one part per cluster node, and load a part back.
 
 - `assign`: node → part (METIS via pymetis, or seeded random).
+- `stream`: `partition.method=stream`, the same layout from a chunked on-disk graph
+  (`app.dataset.chunked`) under `partition.memory_budget_gb`, for graphs too big for METIS.
 - `writer`: `partition_graph` writes PyG's `Partitioner` layout (+ checksums, seeds, CSC
   pointers, halos, optional relabelling); its docstring documents the on-disk format.
 - `reader`: `read_meta` / `load_partition` validate and memory-map one part.
@@ -34,6 +36,7 @@ _LAZY = {
     "ensure_partition": "app.partition.task",
     "partition_root": "app.partition.task",
     "run_partition_task": "app.partition.task",
+    "stream_partition": "app.partition.stream",
 }
 
 

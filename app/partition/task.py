@@ -27,9 +27,15 @@ log = logging.getLogger("distgnn")
 
 def _params(cfg: Config) -> dict[str, Any]:
     p = cfg.partition
-    return partition_params(
+    params = partition_params(
         p.num_parts, p.method, p.recursive, p.balance_train, p.balance_edges, p.relabel, cfg.seed
     )
+    if p.method == "stream":
+        params.update(
+            balance_train=p.balance_train, balance_edges=p.balance_edges,
+            refine_passes=p.refine_passes,
+        )  # fmt: skip
+    return params
 
 
 def _dataset_fingerprint(cfg: Config) -> str:
@@ -65,6 +71,10 @@ def _ensure(cfg: Config, data: Any = None) -> PartitionMeta:
     if existing is not None:
         log.info("reusing partition %s", root)
         return existing
+    if cfg.partition.method == "stream":
+        return _stream(cfg, data, root, fp, dataset_fp)
+    if cfg.partition.method == "metis":
+        advise_on_memory(cfg)
     if data is None:
         from app.dataset import load_dataset
 
@@ -72,9 +82,81 @@ def _ensure(cfg: Config, data: Any = None) -> PartitionMeta:
     return write_partition(cfg, data, root, dataset_fp)
 
 
-def write_partition(cfg: Config, data: Any, root: Path, dataset_fp: str) -> PartitionMeta:
-    """`partition_graph` of `data` into `root` with the job's `partition.*` settings."""
+def advise_on_memory(cfg: Config) -> None:
+    """METIS holds the whole graph: say so when its estimated peak exceeds the budget."""
+    from app.partition.stream import metis_memory_gb
+
+    budget = cfg.partition.memory_budget_gb
+    d = cfg.dataset
+    need = metis_memory_gb(d.num_nodes, int(d.num_nodes * d.avg_degree), d.num_features)
+    if budget is not None and need > budget:
+        log.warning(
+            "partition.method=metis: estimated peak %.1f GiB > partition.memory_budget_gb=%s; "
+            "partition=stream partitions within the budget",
+            need,
+            budget,
+        )
+    else:
+        log.info("partition.method=metis: estimated peak %.1f GiB (budget %s)", need, budget)
+
+
+def chunked_graph_root(cfg: Config) -> Path:
+    """Where the dataset's chunked copy lives: beside its cache, keyed by its fingerprint."""
+    from app.dataset.cache import cache_path
+
+    return cache_path(cfg.dataset, cfg.seed).parent / "chunked"
+
+
+def ensure_chunked(cfg: Config) -> Path:
+    """The dataset as a chunked graph, written once: streamed for synthetic_products (the
+    edge list is never in memory), converted from the loaded dataset otherwise."""
+    from app.dataset.cache import LOCK_TIMEOUT_S
+    from app.dataset.chunked import MANIFEST, write_data
+    from app.dataset.synthetic_stream import generate_products_chunked
+    from app.fsutil import file_lock
+
+    root = chunked_graph_root(cfg)
+    if (root / MANIFEST).is_file():
+        return root
+    with file_lock(root.parent / ".lock", LOCK_TIMEOUT_S, "another process writing this dataset"):
+        if (root / MANIFEST).is_file():
+            return root
+        if cfg.dataset.name == "synthetic_products":
+            return generate_products_chunked(cfg.dataset, cfg.seed, root)
+        from app.dataset import load_dataset
+
+        log.info("%s: loading it to write its chunked copy %s", cfg.dataset.name, root)
+        return write_data(load_dataset(cfg.dataset, cfg.seed), root)
+
+
+def _stream(cfg: Config, data: Any, root: Path, fp: str, dataset_fp: str) -> PartitionMeta:
+    """`partition.method=stream`: the chunked graph (of `data` when given) streamed into parts."""
+    import shutil
+
+    from app.dataset.chunked import ChunkedGraph, write_data
+    from app.partition.stream import stream_partition
+
     p = cfg.partition
+    log.info("partition.method=stream: memory budget %s GiB", p.memory_budget_gb)
+    tmp = root.parent / f"{root.name}.chunked-input"
+    try:
+        chunked = write_data(data, tmp) if data is not None else ensure_chunked(cfg)
+        return stream_partition(
+            ChunkedGraph(chunked), root, p.num_parts, params=_params(cfg), fingerprint=fp,
+            dataset_fingerprint=dataset_fp, refine_passes=p.refine_passes,
+            balance_train=p.balance_train, balance_edges=p.balance_edges,
+            memory_budget_gb=p.memory_budget_gb, seed=cfg.seed, overwrite=p.overwrite,
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_partition(cfg: Config, data: Any, root: Path, dataset_fp: str) -> PartitionMeta:
+    """`partition_graph` of `data` into `root` with the job's `partition.*` settings (or the
+    streaming partitioner, through a chunked copy of `data`, for `partition.method=stream`)."""
+    p = cfg.partition
+    if p.method == "stream":
+        return _stream(cfg, data, root, config_fingerprint(cfg, dataset_fp), dataset_fp)
     return partition_graph(
         data,
         root,
@@ -106,4 +188,7 @@ def run_partition_task(cfg: Config) -> dict[str, float]:
         print(format_stats(meta.stats), flush=True)
     else:
         print(f"partition written to {meta.root}", flush=True)
-    return stats_for_logging(meta)
+    from app.partition.stream import quality_stats
+
+    derived = quality_stats(meta.stats)
+    return stats_for_logging(meta) | {f"partition/{k}": v for k, v in derived.items()}

@@ -1,0 +1,293 @@
+"""A chunked on-disk graph: the input of partitioning for graphs larger than one process's memory.
+
+Like DGL's chunked graph format, a graph is a folder of fixed-size `.npy` chunks plus a JSON
+manifest, so a reader touches one chunk at a time (memory-mapped) and nothing needs the whole
+edge list or feature matrix in memory::
+
+    root/
+      manifest.json          written LAST: a folder without it is incomplete
+      edges/000000.npy       int32 (int64 when N >= 2^31) [2, c]: row 0 sources, row 1 targets;
+                             every chunk holds `chunk_edges` edges except the last
+      nodes/<name>/000000.npy  node data in node-id order, `chunk_nodes` rows per chunk:
+                             x float32 [c, F], y int64 [c], train/val/test_mask bool [c],
+                             time int64 [c] (temporal graphs)
+
+The manifest holds `format`, `version`, `num_nodes`, `num_edges`, `num_classes`, the chunk
+lists (file, count) per edge / node array, and two layout flags the streaming partitioner
+uses: `sorted_by_src` (edges ordered by source, so a node's out-edges are consecutive) and
+`symmetric` (every edge's reverse is present, so out-edges are all of a node's neighbours).
+Edge ids are positions in the concatenated chunks, as in `edge_index`.
+
+`ChunkedWriter` writes into `<root>.tmp-<pid>` and renames it to `root` after the manifest, so
+an interrupted writer never leaves a folder that loads. `write_data` converts an in-memory
+homogeneous `Data`; `synthetic_stream.generate_products_chunked` streams the generator.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from app.config import ConfigError
+
+FORMAT = "distgnn-chunked"
+VERSION = 1
+MANIFEST = "manifest.json"
+CHUNK_EDGES = 1 << 22  # 4M edges: 32 MiB per int32 chunk
+CHUNK_NODES = 1 << 18  # 256k rows: ~100 MiB of float32 features at F = 100
+NODE_ARRAYS = ("x", "y", "train_mask", "val_mask", "test_mask", "time")
+
+
+class ChunkedGraphError(ValueError):
+    """A chunked graph folder is missing, incomplete or inconsistent."""
+
+
+def id_dtype(num_nodes: int) -> np.dtype:
+    """The narrowest id type for `num_nodes` (int32 halves the disk and page cache)."""
+    return np.dtype(np.int32 if num_nodes < 2**31 else np.int64)
+
+
+class ChunkedWriter:
+    """Appends edges and node rows, cutting them into fixed-size chunks as they arrive.
+
+    Only one chunk per stream is buffered, so memory is O(chunk), whatever the graph size.
+    Use as a context manager: the folder is installed by `finish`, removed on error.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        num_nodes: int,
+        chunk_edges: int = CHUNK_EDGES,
+        chunk_nodes: int = CHUNK_NODES,
+    ) -> None:
+        self.root = Path(root)
+        self.tmp = self.root.parent / f"{self.root.name}.tmp-{os.getpid()}"
+        self.num_nodes = num_nodes
+        self.chunk_edges, self.chunk_nodes = chunk_edges, chunk_nodes
+        self.dtype = id_dtype(num_nodes)
+        self.edge_buf: list[np.ndarray] = []
+        self.edge_chunks: list[dict[str, Any]] = []
+        self.node_bufs: dict[str, list[np.ndarray]] = {}
+        self.node_chunks: dict[str, list[dict[str, Any]]] = {}
+        self.node_dtypes: dict[str, str] = {}
+        self.last_src = -1
+        self.sorted_by_src = True
+
+    def __enter__(self) -> ChunkedWriter:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        (self.tmp / "edges").mkdir(parents=True)
+        return self
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        if exc_type is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def add_edges(self, src: np.ndarray, dst: np.ndarray) -> None:
+        """Append edges (their ids continue from the previous call)."""
+        if len(src) == 0:
+            return
+        if self.sorted_by_src:
+            self.sorted_by_src = bool(src[0] >= self.last_src and np.all(src[1:] >= src[:-1]))
+        self.last_src = int(src[-1])
+        self.edge_buf.append(np.stack([src.astype(self.dtype), dst.astype(self.dtype)]))
+        while sum(b.shape[1] for b in self.edge_buf) >= self.chunk_edges:
+            self._flush_edges(self.chunk_edges)
+
+    def _flush_edges(self, size: int) -> None:
+        both = np.concatenate(self.edge_buf, axis=1) if len(self.edge_buf) > 1 else self.edge_buf[0]
+        rel = f"edges/{len(self.edge_chunks):06d}.npy"
+        np.save(self.tmp / rel, np.ascontiguousarray(both[:, :size]))
+        self.edge_chunks.append({"file": rel, "count": int(min(size, both.shape[1]))})
+        self.edge_buf = [both[:, size:]] if both.shape[1] > size else []
+
+    def add_nodes(self, name: str, rows: np.ndarray) -> None:
+        """Append the next rows (in node-id order) of node array `name`."""
+        if len(rows) == 0:
+            return
+        self.node_dtypes.setdefault(name, str(rows.dtype))
+        self.node_bufs.setdefault(name, []).append(rows)
+        while sum(len(b) for b in self.node_bufs[name]) >= self.chunk_nodes:
+            self._flush_nodes(name, self.chunk_nodes)
+
+    def _flush_nodes(self, name: str, size: int) -> None:
+        buf = self.node_bufs[name]
+        rows = np.concatenate(buf) if len(buf) > 1 else buf[0]
+        chunks = self.node_chunks.setdefault(name, [])
+        rel = f"nodes/{name}/{len(chunks):06d}.npy"
+        (self.tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        np.save(self.tmp / rel, rows[:size])
+        chunks.append({"file": rel, "count": int(min(size, len(rows)))})
+        self.node_bufs[name] = [rows[size:]] if len(rows) > size else []
+
+    def finish(self, symmetric: bool = False, **extra: Any) -> Path:
+        """Flush the tails, write the manifest last and install the folder at `root`."""
+        if self.edge_buf:
+            self._flush_edges(sum(b.shape[1] for b in self.edge_buf))
+        for name, buf in self.node_bufs.items():
+            if buf:
+                self._flush_nodes(name, sum(len(b) for b in buf))
+        nodes = {}
+        for name, chunks in self.node_chunks.items():
+            rows = sum(c["count"] for c in chunks)
+            if rows != self.num_nodes:
+                raise ChunkedGraphError(
+                    f"node array {name!r} has {rows} rows, not {self.num_nodes}"
+                )
+            nodes[name] = {"dtype": self.node_dtypes[name], "chunks": chunks}
+        manifest = {
+            "format": FORMAT,
+            "version": VERSION,
+            "num_nodes": self.num_nodes,
+            "num_edges": sum(c["count"] for c in self.edge_chunks),
+            "sorted_by_src": self.sorted_by_src,
+            "symmetric": symmetric,
+            "edges": {"dtype": str(self.dtype), "chunks": self.edge_chunks},
+            "nodes": nodes,
+            **extra,
+        }
+        (self.tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        old = self.root.parent / f"{self.root.name}.old-{os.getpid()}"
+        if self.root.exists():
+            os.replace(self.root, old)
+        os.replace(self.tmp, self.root)
+        shutil.rmtree(old, ignore_errors=True)
+        return self.root
+
+
+class ChunkedGraph:
+    """Read side: the manifest, plus iterators that memory-map one chunk at a time."""
+
+    def __init__(self, root: str | os.PathLike) -> None:
+        self.root = Path(root)
+        path = self.root / MANIFEST
+        if not path.is_file():
+            raise ChunkedGraphError(
+                f"{path} missing: not a (complete) chunked graph; write it again "
+                "(an interrupted writer leaves only <root>.tmp-<pid>)"
+            )
+        self.manifest = json.loads(path.read_text())
+        if self.manifest.get("format") != FORMAT or self.manifest.get("version") != VERSION:
+            raise ChunkedGraphError(
+                f"{path}: format {self.manifest.get('format')!r} version "
+                f"{self.manifest.get('version')!r}, expected {FORMAT!r} version {VERSION}"
+            )
+        self.num_nodes = int(self.manifest["num_nodes"])
+        self.num_edges = int(self.manifest["num_edges"])
+        self.sorted_by_src = bool(self.manifest["sorted_by_src"])
+        self.symmetric = bool(self.manifest["symmetric"])
+
+    @property
+    def num_features(self) -> int:
+        """Columns of `x` (0 without features)."""
+        if "x" not in self.manifest["nodes"]:
+            return 0
+        first = self.manifest["nodes"]["x"]["chunks"][0]["file"]
+        return int(self._load(first).shape[1])
+
+    @property
+    def node_names(self) -> list[str]:
+        return list(self.manifest["nodes"])
+
+    def _load(self, rel: str) -> np.ndarray:
+        try:
+            return np.load(self.root / rel, mmap_mode="r")
+        except (OSError, ValueError) as err:
+            raise ChunkedGraphError(f"{self.root / rel}: unreadable ({err})") from err
+
+    def edge_chunks(self) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        """(first edge id, src, dst) per chunk; src/dst are read-only memory-mapped views."""
+        start = 0
+        for chunk in self.manifest["edges"]["chunks"]:
+            arr = self._load(chunk["file"])
+            yield start, arr[0], arr[1]
+            start += chunk["count"]
+
+    def node_chunks(self, name: str) -> Iterator[tuple[int, np.ndarray]]:
+        """(first node id, rows) per chunk of node array `name` (memory-mapped)."""
+        if name not in self.manifest["nodes"]:
+            raise ChunkedGraphError(f"{self.root}: no node array {name!r} ({self.node_names})")
+        start = 0
+        for chunk in self.manifest["nodes"][name]["chunks"]:
+            yield start, self._load(chunk["file"])
+            start += chunk["count"]
+
+    def node_array(self, name: str) -> np.ndarray | None:
+        """The whole node array `name` in memory (for O(N) vectors: y, masks), None if absent."""
+        if name not in self.manifest["nodes"]:
+            return None
+        return np.concatenate([np.asarray(rows) for _, rows in self.node_chunks(name)])
+
+    def gather_rows(self, name: str, ids: np.ndarray) -> np.ndarray:
+        """Rows `ids` (sorted ascending) of node array `name`, one chunk in memory at a time."""
+        out: np.ndarray | None = None
+        for start, rows in self.node_chunks(name):
+            if out is None:
+                out = np.empty((len(ids), *rows.shape[1:]), dtype=rows.dtype)
+            lo, hi = np.searchsorted(ids, [start, start + len(rows)])
+            out[lo:hi] = rows[ids[lo:hi] - start]
+        assert out is not None
+        return out
+
+
+class Buckets:
+    """Append-only int64 spill files, one per node range `[b * width, (b + 1) * width)`."""
+
+    def __init__(self, folder: Path, n: int, count: int) -> None:
+        self.folder, self.count = folder, count
+        self.width = -(-n // count)
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def path(self, b: int) -> Path:
+        return self.folder / f"{b:05d}.bin"
+
+    def spill(self, keys: np.ndarray, node: np.ndarray) -> None:
+        """Append `keys` to the bucket of their `node` (the node whose range selects it)."""
+        bucket = node // self.width
+        order = np.argsort(bucket, kind="stable")
+        bounds = np.searchsorted(bucket[order], np.arange(self.count + 1))
+        for b in range(self.count):
+            lo, hi = bounds[b], bounds[b + 1]
+            if hi > lo:
+                with open(self.path(b), "ab") as fh:
+                    keys[order[lo:hi]].tofile(fh)
+
+    def read(self, b: int) -> np.ndarray:
+        path = self.path(b)
+        return np.fromfile(path, dtype=np.int64) if path.exists() else np.empty(0, np.int64)
+
+    def write(self, b: int, keys: np.ndarray) -> None:
+        keys.tofile(self.path(b))
+
+
+def write_data(
+    data: Any,
+    root: str | os.PathLike,
+    chunk_edges: int = CHUNK_EDGES,
+    chunk_nodes: int = CHUNK_NODES,
+) -> Path:
+    """Convert a homogeneous in-memory `Data` to the chunked format (edge order is kept)."""
+    if not hasattr(data, "edge_index") or hasattr(data, "node_types"):
+        raise ConfigError(
+            "partition.method=stream: only homogeneous graphs can be chunked; "
+            "use partition=metis for heterogeneous datasets"
+        )
+    n = int(data.num_nodes)
+    edge_index = data.edge_index.numpy()
+    with ChunkedWriter(root, n, chunk_edges, chunk_nodes) as out:
+        for lo in range(0, edge_index.shape[1], chunk_edges):
+            out.add_edges(
+                edge_index[0, lo : lo + chunk_edges], edge_index[1, lo : lo + chunk_edges]
+            )
+        for name in NODE_ARRAYS:
+            value = getattr(data, name, None)
+            if value is not None and value.dim() > 0 and value.size(0) == n:
+                out.add_nodes(name, value.numpy())
+        num_classes = getattr(data, "num_classes", None)
+        return out.finish(num_classes=int(num_classes) if num_classes is not None else None)
