@@ -3,7 +3,9 @@
 The trainer cuts its seeds into batches (shuffled per epoch with a seeded, epoch-dependent
 permutation) and sends each batch to one of ITS sampler processes (`sampler<node>.<rank>.<w>`)
 round-robin, keeping at most `concurrency` batches in flight: that deque of pending calls is
-the bounded channel, and batches come back in order. With `num_workers=0` the trainer samples
+the bounded channel, and batches come back in order. A sampler process writes a batch's
+features into a slot of this loader's shared-memory ring (`shm.BatchRing`), reused once the
+trainer has dropped the batch. With `num_workers=0` the trainer samples
 itself, on a pool of `concurrency` threads (the numba kernel releases the GIL, RPC waits too),
 and serves its partition to peers. Every wait is bounded by the RPC timeout; a dead or silent
 peer surfaces as `PeerError` naming it.
