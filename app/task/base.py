@@ -44,8 +44,6 @@ def sampled_evaluator(task: Task, split: str) -> dict[str, float]:
 class Task:
     """See the module docstring."""
 
-    find_unused = False  # DDP: some parameters may get no gradient in a step (hetero graphs)
-
     def __init__(self, cfg: Config, source: GraphSource) -> None:
         self.cfg, self.source = cfg, source
         self.schema = source.schema()
@@ -55,7 +53,8 @@ class Task:
             self.tables = source.embeddings(featureless, self.embedding_dim)
         torch.manual_seed(cfg.seed)  # identical initial weights on every rank and node count
         self.bare = self.build_model().to(source.device)
-        self.model = source.wrap(self.bare, find_unused=self.find_unused or self.schema.hetero)
+        # hetero: a batch need not touch every edge type, so some weights get no gradient
+        self.model = source.wrap(self.bare, find_unused=self.schema.hetero)
         t = cfg.train
         dense = torch.optim.Adam(self.bare.parameters(), lr=t.lr, weight_decay=t.weight_decay)
         self.optimizer = Optimizers(dense, self.tables)

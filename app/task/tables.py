@@ -27,6 +27,8 @@ PROBE_ROWS = 256  # rows per type compared before/after training (`emb_change.<t
 class Tables:
     """The common surface of `LocalTables` and `DistTables`."""
 
+    sizes: dict[str, int]  # rows per node type
+
     def fill(self, x_dict: dict[str, Tensor], n_id_dict: dict[str, Tensor]) -> dict[str, Tensor]:
         raise NotImplementedError
 
@@ -60,8 +62,6 @@ class Tables:
         """`emb_change.<type>`: mean absolute change of the probed rows since `before`."""
         after = self.probe()
         return {f"emb_change.{t}": float((after[t] - b).abs().mean()) for t, b in before.items()}
-
-    sizes: dict[str, int]
 
 
 class LocalTables(Tables):
