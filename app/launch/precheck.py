@@ -26,7 +26,7 @@ _WRITE_FAILED = ("inline_container.cc", "PytorchStreamWriter failed", "file writ
 def expected_partition(cfg: Config) -> tuple[Path, str]:
     """Folder and fingerprint of the partition this job uses (the link task has its own)."""
     if cfg.train.objective == "link":
-        from app.train.dist_link import link_partition_root
+        from app.partition.link import link_partition_root
 
         root, fp, _ = link_partition_root(cfg)
         return Path(root), fp

@@ -7,10 +7,10 @@ and `step(model, batch) -> StepResult`. Everything else is shared:
 * the model is built with the same seed on every rank, moved to `source.device` and wrapped
   by `source.wrap` (itself, or DDP);
 * `optimizer`: `Optimizers` (Adam on the model + the tables' sparse optimizer);
-* `evaluate(split)`: THE evaluation seam. The default runs `sampled_eval` on the bare model
-  over the split's loader; `evaluator` can be replaced by any
-  `(task, split) -> {"acc": ..., ...}` callable (layer-wise inference, say), which gets
-  `task.bare` (unwrapped model), `task.source` (graph, schema, seeds) and the split name;
+* `evaluate(splits)`: THE evaluation seam, `{"val_acc": ..., "test_acc": ...}`. The evaluator
+  is chosen once by `app.task.evaluate.choose_evaluator`: exact layer-wise full-neighbourhood
+  inference (`train.eval_mode=layerwise`, node classification, models with a per-layer
+  forward) or each split's sampled loader through the task's own `step`;
 * `state_dict()` / `load_state_dict()`: the checkpoint content, one format at every node count
   (`model`, `optimizer` {dense, sparse}, `embeddings` rows, `loader_epochs`: how many epochs
   each split's loader has started, so a resumed run shuffles and samples as the uninterrupted
@@ -19,7 +19,7 @@ and `step(model, batch) -> StepResult`. Everything else is shared:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -27,18 +27,11 @@ from torch import nn
 
 from app.config import Config
 from app.task.device import DeviceLoader
-from app.task.evaluate import sampled_eval
+from app.task.evaluate import Evaluator, choose_evaluator
 from app.task.optim import Optimizers
 from app.task.source import SPLITS, GraphSource
 from app.task.step import StepResult
 from app.task.tables import Tables
-
-Evaluator = Callable[["Task", str], dict[str, float]]
-
-
-def sampled_evaluator(task: Task, split: str) -> dict[str, float]:
-    """The default evaluator: the split's sampled loader through the task's own `step`."""
-    return sampled_eval(task.bare, task.loaders[split], task.step)
 
 
 class Task:
@@ -59,7 +52,7 @@ class Task:
         dense = torch.optim.Adam(self.bare.parameters(), lr=t.lr, weight_decay=t.weight_decay)
         self.optimizer = Optimizers(dense, self.tables)
         self.loaders = {s: DeviceLoader(self.loader(s), source.device) for s in SPLITS}
-        self.evaluator: Evaluator = sampled_evaluator
+        self.evaluator: Evaluator = choose_evaluator(self)
         self._probe = self.tables.probe() if self.tables is not None else {}
 
     @property
@@ -80,8 +73,9 @@ class Task:
     def step(self, model: nn.Module, batch: Any) -> StepResult:
         raise NotImplementedError
 
-    def evaluate(self, split: str) -> dict[str, float]:
-        return self.evaluator(self, split)
+    def evaluate(self, splits: tuple[str, ...]) -> dict[str, float]:
+        """`{"<split>_<metric>": value}` over every rank (collective: every rank calls it)."""
+        return self.evaluator(self, splits)
 
     def finish(self) -> dict[str, float]:
         """Extra final metrics (every rank): how far training moved the embedding rows."""

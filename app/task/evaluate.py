@@ -1,15 +1,22 @@
-"""The default evaluation of a task: sampled mini-batches of a split, metrics over every rank.
+"""How a task evaluates its splits: exact layer-wise inference, or sampled mini-batches.
 
-`sampled_eval(model, loader, objective)` runs the bare (unwrapped) model over a split's loader:
-`acc` (correct / count), plus `auc` and `mrr` when the objective yields scores / reciprocal
-ranks. Ranks may see different numbers of batches; only the final reductions are collective.
-A task calls it from `Task.evaluate(split)`, the one seam an evaluator (e.g. layer-wise
-full-neighbourhood inference) replaces.
+An evaluator is `(task, splits) -> {"<split>_<metric>": value}`, called by every rank from
+`Task.evaluate`; `choose_evaluator` picks one per task:
+
+* `layerwise_evaluator` (`train.eval_mode=layerwise`, node classification, a model with a
+  per-layer forward): `app.inference` computes every layer of every node from its full
+  in-neighbourhood, partition by partition, so accuracy is exact and each edge is touched once
+  per layer; the graph view is built once by the source and reused every evaluation.
+* `sampled_evaluator`: each split's sampled loader through the task's `step`
+  (`sampled_eval`): `acc` (correct / count), plus `auc` and `mrr` when the step yields scores /
+  reciprocal ranks. Ranks may see different numbers of batches; only the final reductions
+  are collective. Link tasks evaluate this way (their held-out pairs and negatives).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -17,6 +24,39 @@ from torch import Tensor, nn
 
 from app.task.metrics import all_reduce, binary_auc, dist_ready
 from app.task.step import Objective
+
+log = logging.getLogger("distgnn.train")
+
+Evaluator = Callable[[Any, tuple[str, ...]], dict[str, float]]
+
+
+def sampled_evaluator(task: Any, splits: tuple[str, ...]) -> dict[str, float]:
+    """Each split's sampled loader through the task's own `step`, on the bare model."""
+    out: dict[str, float] = {}
+    for split in splits:
+        found = sampled_eval(task.bare, task.loaders[split], task.step)
+        out.update({f"{split}_{k}": v for k, v in found.items()})
+    return out
+
+
+def layerwise_evaluator(task: Any, splits: tuple[str, ...]) -> dict[str, float]:
+    """Accuracy of every split from exact layer-wise logits (all ranks, one pass)."""
+    from app.inference import evaluate_layerwise
+
+    view = task.source.inference_view()
+    return evaluate_layerwise(task.bare, view, task.cfg.train.eval_chunk_size, splits)
+
+
+def choose_evaluator(task: Any) -> Evaluator:
+    """Layer-wise where configured and possible, else sampled (one line says why)."""
+    if task.cfg.train.eval_mode != "layerwise":
+        return sampled_evaluator
+    if task.cfg.train.objective != "node":
+        log.info("train.eval_mode=layerwise: link tasks score held-out pairs sampled")
+        return sampled_evaluator
+    from app.inference import supports_layerwise
+
+    return layerwise_evaluator if supports_layerwise(task.bare) else sampled_evaluator
 
 
 @torch.no_grad()

@@ -45,6 +45,11 @@ class LocalSource(GraphSource):
             target,
         )
 
+    def _make_view(self) -> Any:
+        from app.inference import local_view
+
+        return local_view(self.data)
+
     def node_seeds(self, split: str, node_type: str | None) -> Tensor:
         store = self.data if node_type is None else self.data[node_type]
         ids = store[f"{split}_mask"].nonzero().view(-1)

@@ -71,6 +71,11 @@ class PartitionSource(GraphSource):
             target,
         )
 
+    def _make_view(self) -> Any:
+        from app.inference import partition_view
+
+        return partition_view(self.part, DistContext.from_runtime(self.runtime))
+
     def _share(self, ids: Tensor, cap: int) -> Tensor:
         rt = self.runtime
         share = ids.tensor_split(rt.procs_per_node)[rt.local_rank]

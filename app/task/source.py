@@ -103,15 +103,28 @@ class GraphSource(ABC):
     @abstractmethod
     def embeddings(self, sizes: dict[str, int], dim: int) -> Tables: ...
 
+    @abstractmethod
+    def _make_view(self) -> Any:
+        """The `app.inference.GraphView` of what this trainer computes layer-wise."""
+
+    def inference_view(self) -> Any:
+        """The layer-wise inference view, built on first use (collective when partitioned)."""
+        if getattr(self, "_view", None) is None:
+            self._view = self._make_view()
+        return self._view
+
     def wrap(self, model: nn.Module, find_unused: bool = False) -> nn.Module:
         """The module the training loop calls: the model itself (one trainer)."""
         return model
 
     def close(self) -> None:
-        """Release the loaders this source made (the runner tears down RPC and DDP)."""
+        """Release the loaders and the inference view (before the runner tears down RPC)."""
         for loader in self.loaders:
             loader.close()
         self.loaders.clear()
+        view, self._view = getattr(self, "_view", None), None
+        if view is not None:
+            view.close()
 
     def batch_args(self, split: str) -> dict[str, Any]:
         """batch size / shuffle / drop_last / seed of a `split` loader."""

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch import Tensor
+from torch import Tensor, nn
 
 from app.model.hetero import NodeEmbeddings
 
@@ -73,6 +73,11 @@ class LocalTables(Tables):
         params = self.rows.parameters()
         opt = torch.optim.Adagrad if kind == "adagrad" else torch.optim.SparseAdam
         self.optimizer = opt(params, lr=lr) if params else None
+
+    @property
+    def tables(self) -> dict[str, nn.Embedding]:
+        """{node type: its table}, as `DistTables.tables` (layer-wise inference reads them)."""
+        return self.rows.tables
 
     def fill(self, x_dict: dict[str, Tensor], n_id_dict: dict[str, Tensor]) -> dict[str, Tensor]:
         return self.rows.fill(x_dict, n_id_dict)

@@ -126,7 +126,7 @@ class _Task(Protocol):
 
     def step(self, model: nn.Module, batch: Any) -> Any: ...
 
-    def evaluate(self, split: str) -> dict[str, float]: ...
+    def evaluate(self, splits: tuple[str, ...]) -> dict[str, float]: ...
 
     def state_dict(self) -> dict[str, Any]: ...
 
@@ -159,7 +159,7 @@ def fit(
 
     Per epoch: `loss, train_acc, epoch_time_s, seeds_per_s, sampled_edges_per_s,
     data_wait_frac, steps` and, on evaluation epochs, `val_*` / `test_*` from
-    `task.evaluate(split)` (`acc`; `auc`, `mrr` for links), logged to `tracker` with
+    `task.evaluate(("val", "test"))` (`acc`; `auc`, `mrr` for links), logged to `tracker` with
     step = epoch. After every epoch the checkpoint is written (rank 0; every rank takes part
     in gathering distributed embedding rows) BEFORE the metrics are logged; with `opts.resume`
     every rank restores it and continues after the saved epoch.
@@ -177,8 +177,7 @@ def fit(
         )
         metrics = {"epoch": float(epoch), **stats.as_metrics()}
         if (epoch + 1) % opts.eval_every == 0 or epoch == opts.epochs - 1:
-            for split in ("val", "test"):
-                metrics.update({f"{split}_{k}": v for k, v in task.evaluate(split).items()})
+            metrics.update(task.evaluate(("val", "test")))
         if opts.checkpoint and opts.job_dir:
             state = task.state_dict()  # collective for distributed tables
             rngs = gather_rng_states()

@@ -139,7 +139,7 @@ def test_link_scores_from_layerwise_embeddings(graph, decoder):
     torch.manual_seed(5)
     model = LinkPredictor(SampledGNN("sage", graph.x.size(1), 16, 16, 2), Decoder(decoder, 16))
     model.eval()
-    z = model(graph.x, graph.edge_index)
+    z = model.encoder(graph.x, graph.edge_index)
     pairs = torch.randint(0, 200, (2, 50))
     del graph.y, graph.val_mask  # a link graph needs no labels
     got = layerwise_link_scores(model, local_view(graph), 64, pairs)
