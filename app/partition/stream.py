@@ -79,6 +79,22 @@ BASELINE_GB = 0.5  # peak RSS of a process that imported torch, PyG, numba and r
 # ---------------------------------------------------------------- memory model
 
 
+def own_peak_rss_gb() -> float:
+    """Peak resident memory of this process image (VmHWM), in GiB.
+
+    Unlike `ru_maxrss`, which after fork + exec starts from the PARENT's resident size at the
+    fork (a partitioner spawned by a big process would report the parent's memory), VmHWM
+    counts only this image's pages. Falls back to `peak_rss_gb` where /proc is missing.
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return peak_rss_gb()
+
+
 def stream_memory_gb(
     num_nodes: int, num_edges: int, num_parts: int, num_features: int, spill: bool = True
 ) -> float:
@@ -524,7 +540,7 @@ def stream_partition(
         stats = {"edge_cut": cut, "edge_cut_frac": cut / max(num_edges, 1), "parts": rows}
         stats |= quality_stats(stats)
         stats |= {"passes": 1 + refine_passes, "estimated_peak_gb": need}
-        stats |= {"time_s": time.perf_counter() - start, "peak_rss_gb": peak_rss_gb()}
+        stats |= {"time_s": time.perf_counter() - start, "peak_rss_gb": own_peak_rss_gb()}
         meta = {
             "num_parts": num_parts,
             "is_hetero": False,
