@@ -1,7 +1,8 @@
 """The RPC layer: init with bounded waits, partition routing, calls whose failures name the peer.
 
 Every trainer and sampler of a job joins ONE `torch.distributed.rpc` group (TensorPipe) at
-`tcp://master_addr:rpc_port`. Three rules keep it from ever hanging:
+`distgnn-tcp://master_addr:rpc_port` (`app.netutil`: the rendezvous store listens on that
+address only). Three rules keep it from ever hanging:
 
 * init: rank 0 checks that the port is free (a clear error names it); the others wait for the
   master's store with a deadline instead of torch's 30 min default;
@@ -26,6 +27,7 @@ from torch.distributed import rpc
 
 from app.distributed.context import DistContext
 from app.distributed.endpoints import dispatch
+from app.netutil import BOUND_SCHEME, register_bound_rendezvous
 from app.runtime import node_workers
 
 log = logging.getLogger("distgnn")
@@ -104,10 +106,11 @@ def init_rpc(
             _check_port_free(master_addr, master_port)
         else:
             _wait_for_master(master_addr, master_port, init_timeout_s)
+        register_bound_rendezvous()  # the rendezvous store listens on master_addr only
         options = rpc.TensorPipeRpcBackendOptions(
             num_worker_threads=num_threads,
             rpc_timeout=max(timeout_s, init_timeout_s),  # also bounds the init all-gather
-            init_method=f"tcp://{master_addr}:{master_port}",
+            init_method=f"{BOUND_SCHEME}://{master_addr}:{master_port}",
         )
         try:
             rpc.init_rpc(

@@ -119,6 +119,7 @@ class PartitionSource(GraphSource):
             master_port=rt.rpc_port,
             rpc_timeout=s.rpc_timeout_s,
             init_timeout=cfg.cluster.init_timeout_s,
+            feature_cache_size=s.feature_cache_size,
             **self.batch_args(split),
         )
 

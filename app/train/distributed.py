@@ -30,7 +30,8 @@ from app.config import Config
 from app.distributed.context import DistContext
 from app.distributed.server import shutdown
 from app.fsutil import write_text_atomic
-from app.runtime import Runtime
+from app.netutil import bound_store
+from app.runtime import Runtime, tune_process
 from app.task.partitioned import PartitionSource
 from app.task.registry import build_task
 from app.task.source import resolve_device
@@ -48,13 +49,12 @@ COLLECTIVE_TIMEOUT_S = 1800.0
 def init_process_group(runtime: Runtime, cfg: Config) -> None:
     """Join the trainers' group (nccl on cuda, gloo on cpu): rendezvous within
     init_timeout_s, then collectives."""
-    store = dist.TCPStore(
+    store = bound_store(  # listens on master_addr only (loopback by default)
         runtime.master_addr,
         runtime.ddp_port,
         runtime.world_size,
-        is_master=runtime.rank == 0,
-        timeout=timedelta(seconds=cfg.cluster.init_timeout_s),
-        wait_for_workers=True,
+        runtime.rank == 0,
+        cfg.cluster.init_timeout_s,
     )
     dist.init_process_group(
         "nccl" if resolve_device(cfg.train.device).type == "cuda" else "gloo",
@@ -138,6 +138,7 @@ def train_distributed(runtime: Runtime, cfg: Config) -> dict[str, float]:
     status = "FAILED"
     task = None
     try:
+        tune_process("trainer")  # torch / numba threads: this trainer's share of the node's cores
         init_process_group(runtime, cfg)
         session.source = source = PartitionSource(runtime, cfg)
         task = build_task(cfg, source)

@@ -25,7 +25,7 @@ from torch import nn
 from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel
 
-from app.task.metrics import EpochStats, dist_ready
+from app.task.metrics import EpochStats, all_reduce, dist_ready
 from app.task.step import Objective
 from app.train.checkpoint import (
     checkpoint_path,
@@ -167,6 +167,7 @@ def fit(
     first = _resume(task, opts)
     metrics: dict[str, float] = {}
     for epoch in range(first, opts.epochs):
+        _data_path(task.loaders["train"], 0)  # restart the counters: this epoch's traffic only
         stats = train_epoch(
             task.model,
             task.loaders["train"],
@@ -176,6 +177,7 @@ def fit(
             desc=f"epoch {epoch}",
         )
         metrics = {"epoch": float(epoch), **stats.as_metrics()}
+        metrics.update(_data_path(task.loaders["train"], stats.steps))
         if (epoch + 1) % opts.eval_every == 0 or epoch == opts.epochs - 1:
             metrics.update(task.evaluate(("val", "test")))
         if opts.checkpoint and opts.job_dir:
@@ -185,6 +187,28 @@ def fit(
                 save_checkpoint(checkpoint_path(opts.job_dir), state, epoch, metrics, rngs)
         _report(epoch, metrics, tracker, on_epoch)
     return metrics
+
+
+def _data_path(loader: Any, steps: int) -> dict[str, float]:
+    """The epoch's remote traffic over every trainer: bytes per batch, halo-cache hit rate.
+
+    Distributed loaders count what their samplers fetched by RPC since the last call; local
+    loaders fetch nothing remote and log nothing. Collective: every rank calls it.
+    """
+    counters = getattr(loader, "data_stats", None)
+    if counters is None:
+        return {}
+    d = counters()
+    if not steps:
+        return {}
+    rows, hits, feature_bytes, hop_bytes = all_reduce(
+        [d.get(k, 0.0) for k in ("feature_rows", "cache_hits", "feature_bytes", "hop_bytes")]
+    )
+    return {
+        "remote_feature_bytes_per_batch": feature_bytes / steps,
+        "hop_bytes_per_batch": hop_bytes / steps,
+        "cache_hit_rate": hits / (rows + hits) if rows + hits else 0.0,
+    }
 
 
 def _resume(task: _Task, opts: FitOptions) -> int:
