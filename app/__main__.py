@@ -39,7 +39,17 @@ register_configs()
 log = logging.getLogger("distgnn")
 
 
+def _in_sweep() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
 def _fail(kind: str, err: BaseException, code: int) -> None:
+    """One line and exit; in a `-m` sweep the job fails alone (the sweep goes on)."""
+    if _in_sweep() and not isinstance(err, ConfigError):
+        raise err
     print(f"{kind}: {err}", file=sys.stderr, flush=True)
     sys.exit(code)
 
