@@ -61,7 +61,7 @@ def main(node: DictConfig) -> float | None:
     except ConfigError as err:
         _fail("config error", err, EXIT_CONFIG)
     # Imported only now: a config error above never pays for importing torch.
-    from app.launch import partitions_dir
+    from app.launch import partition_lock, partitions_dir
     from app.limits import check_memory
     from app.partition.reader import PartitionError
     from app.tasks import run_task
@@ -72,9 +72,10 @@ def main(node: DictConfig) -> float | None:
             return run_task(cfg)
         from app.launch.precheck import check_partition_root, disk_full_as_one_line
 
-        check_partition_root(cfg)
-        with disk_full_as_one_line(partitions_dir(cfg)):
-            return run_task(cfg)
+        with partition_lock(cfg):  # a concurrent job partitioning the same data: wait for it
+            check_partition_root(cfg)
+            with disk_full_as_one_line(partitions_dir(cfg)):
+                return run_task(cfg)
     except ConfigError as err:
         _fail("config error", err, EXIT_CONFIG)
     except PartitionError as err:
