@@ -10,6 +10,8 @@ import os
 import signal
 import sys
 
+from app.interrupt import TERMINATED
+
 EXIT_CONFIG = 2
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 EXIT_TERMINATED = 128 + signal.SIGTERM
@@ -21,6 +23,7 @@ def _on_sigterm(signum: int, frame: object) -> None:
         sys.stderr.write("terminated (SIGTERM) before the job started\n")
         os._exit(EXIT_TERMINATED)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a repeat must not cut the cleanup
+    TERMINATED.set()  # checked again before any child starts (app.interrupt)
     raise KeyboardInterrupt(f"signal {signum}")
 
 
