@@ -10,6 +10,8 @@ import os
 import signal
 import sys
 
+from app.interrupt import TERMINATED
+
 EXIT_CONFIG = 2
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 EXIT_TERMINATED = 128 + signal.SIGTERM
@@ -21,6 +23,7 @@ def _on_sigterm(signum: int, frame: object) -> None:
         sys.stderr.write("terminated (SIGTERM) before the job started\n")
         os._exit(EXIT_TERMINATED)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a repeat must not cut the cleanup
+    TERMINATED.set()  # checked again before any child starts (app.interrupt)
     raise KeyboardInterrupt(f"signal {signum}")
 
 
@@ -39,7 +42,17 @@ register_configs()
 log = logging.getLogger("distgnn")
 
 
+def _in_sweep() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
 def _fail(kind: str, err: BaseException, code: int) -> None:
+    """One line and exit; in a `-m` sweep the job fails alone (the sweep goes on)."""
+    if _in_sweep() and not isinstance(err, ConfigError):
+        raise err
     print(f"{kind}: {err}", file=sys.stderr, flush=True)
     sys.exit(code)
 
@@ -51,7 +64,7 @@ def main(node: DictConfig) -> float | None:
     except ConfigError as err:
         _fail("config error", err, EXIT_CONFIG)
     # Imported only now: a config error above never pays for importing torch.
-    from app.launch import partitions_dir
+    from app.launch import partition_lock, partitions_dir
     from app.limits import check_memory
     from app.partition.reader import PartitionError
     from app.tasks import run_task
@@ -62,9 +75,10 @@ def main(node: DictConfig) -> float | None:
             return run_task(cfg)
         from app.launch.precheck import check_partition_root, disk_full_as_one_line
 
-        check_partition_root(cfg)
-        with disk_full_as_one_line(partitions_dir(cfg)):
-            return run_task(cfg)
+        with partition_lock(cfg):  # a concurrent job partitioning the same data: wait for it
+            check_partition_root(cfg)
+            with disk_full_as_one_line(partitions_dir(cfg)):
+                return run_task(cfg)
     except ConfigError as err:
         _fail("config error", err, EXIT_CONFIG)
     except PartitionError as err:

@@ -39,7 +39,7 @@ RUN_ID_FILE = "mlflow_run_id"
 PARTITION_LOCK_TIMEOUT_S = 4 * 3600.0
 
 
-def _partition_lock(cfg: Config):
+def partition_lock(cfg: Config):
     """Serialise partition creation across launchers sharing the output dir (env mode)."""
     return file_lock(
         Path(cfg.output_dir) / "partitions.lock",
@@ -56,7 +56,7 @@ def prepare_partition(cfg: Config) -> Path:
     """
     from app.partition.task import ensure_partition
 
-    with _partition_lock(cfg):
+    with partition_lock(cfg):
         if cfg.train.objective == "link":
             from app.partition.link import ensure_link_partition
 

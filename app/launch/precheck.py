@@ -24,8 +24,8 @@ _WRITE_FAILED = ("inline_container.cc", "PytorchStreamWriter failed", "file writ
 
 
 def expected_partition(cfg: Config) -> tuple[Path, str]:
-    """Folder and fingerprint of the partition this job uses (the link task has its own)."""
-    if cfg.train.objective == "link":
+    """Folder and fingerprint of the partition this job uses (link training has its own)."""
+    if cfg.task == "train" and cfg.train.objective == "link":
         from app.partition.link import link_partition_root
 
         root, fp, _ = link_partition_root(cfg)
@@ -42,8 +42,8 @@ def check_partition_root(cfg: Config) -> None:
     Never suggests `partition.overwrite` first: the partition there may be someone's work.
     """
     root, wanted = expected_partition(cfg)
-    if not (root / META_FILE).is_file():
-        return  # nothing there yet: the job creates it
+    if cfg.partition.overwrite or not (root / META_FILE).is_file():
+        return  # asked to replace it, or nothing there yet: the job writes it
     meta = read_meta(root)  # a damaged META.json is one PartitionError naming it
     parts, nodes = int(meta["num_parts"]), cfg.partition.num_parts
     if parts != nodes:
@@ -52,7 +52,7 @@ def check_partition_root(cfg: Config) -> None:
             f"cluster.num_nodes={parts} or partition.root=<another folder>"
         )
     found = meta.get("fingerprint")
-    if found != wanted and not cfg.partition.overwrite:
+    if found != wanted:
         raise PartitionError(
             f"partition at {root} was made for another dataset or partition settings "
             f"(fingerprint {found}, this job needs {wanted}): set partition.root=<another "

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from app.interrupt import TERMINATED, check_terminated
 from app.launch.plan import ProcSpec
 
 TAIL_LINES = 20
@@ -239,6 +240,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
     def _raise(signum: int, frame: object) -> None:
         received.append(signum)
+        TERMINATED.set()
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a repeat must not cut the cleanup
         raise KeyboardInterrupt(f"signal {signum}")
 
@@ -284,6 +286,7 @@ def run_procs(
     try:
         with sigterm_as_interrupt():
             for spec in procs:
+                check_terminated()
                 children.append(start_child(spec, log_dir, spec.name in echo))
                 threading.Thread(
                     target=_watch_exit, args=(children[-1], exits), daemon=True
@@ -302,6 +305,7 @@ def run_procs(
 def _next_exit(exits: queue.Queue[Child], deadline: float | None, timeout_s: float | None) -> Child:
     """The next child to exit; short waits so Ctrl-C / SIGTERM are handled promptly."""
     while True:
+        check_terminated()
         if deadline is not None and time.monotonic() > deadline:
             raise TimeoutError(f"job did not finish within {timeout_s} s; stopped every process")
         try:
