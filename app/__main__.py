@@ -1,4 +1,7 @@
-"""`python -m app +experiment=NAME [overrides]`: compose, validate, dispatch."""
+"""`python -m app +experiment=NAME [overrides]`: compose, validate, dispatch.
+
+`python -m app report ...` (also `distgnn report ...`) prints results tables instead: app/report.py.
+"""
 
 from __future__ import annotations
 
@@ -21,15 +24,35 @@ def main(node: DictConfig) -> float | None:
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         sys.exit(2)
+    # -- issue 15: real OGB data missing -> one line, before any work or process --
+    from app.dataset.ogb import OgbDataMissingError, precheck
+
+    try:
+        precheck(cfg.dataset)
+    except OgbDataMissingError as err:
+        print(f"data error: {err}", file=sys.stderr)
+        sys.exit(2)
+    # --
     from app.tasks import run_task
 
     return run_task(cfg)
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """`python -m app ...` and the `distgnn` console script."""
+    # -- issue 15: `report` is a subcommand that reads the MLflow store, not a Hydra run --
+    if sys.argv[1:2] == ["report"]:
+        from app.report import main as report
+
+        sys.exit(report(sys.argv[2:]))
+    # --
     try:
         check_overrides(sys.argv[1:])
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         sys.exit(2)
     main()
+
+
+if __name__ == "__main__":
+    cli()
