@@ -50,6 +50,7 @@ LOCK_TIMEOUT_S = 120.0
 # MLflow 3's UI opens experiments by kind; without this tag it infers one and may pick GenAI.
 KIND_TAG, KIND_TRAINING = "mlflow.experimentKind", "custom_model_development"
 RUN_ID_FILE = "mlflow_run_id"  # in the job dir: the run a job logged to (read by summaries)
+RUN_INFO_FILE = "mlflow_run.json"  # in the job dir: run id and name, experiment id, store
 CURVES_PNG = "learning_curves.png"
 
 
@@ -198,7 +199,8 @@ class MlflowTracker(Tracker):
 
         Without `run_name` (nor `mlflow.run_name`) the run is named `naming.run_name`. A
         `job_dir` tag makes the run findable from the job dir: its id is written to
-        `<job_dir>/mlflow_run_id` and the job's overrides become the `overrides` tag.
+        `<job_dir>/mlflow_run_id` (and with its name, experiment and store to
+        `mlflow_run.json`), and the job's overrides become the `overrides` tag.
         """
         if self.run_id is not None:
             raise RuntimeError(f"run {self.run_id} is still open: end() it before start()")
@@ -217,6 +219,9 @@ class MlflowTracker(Tracker):
         self.history, self.partition_logged = {}, False
         if job_dir and Path(job_dir).is_dir():
             write_text_atomic(Path(job_dir) / RUN_ID_FILE, self.run_id)
+            info = {"run_id": self.run_id, "run_name": run.info.run_name}
+            info |= {"experiment_id": self.experiment_id, "tracking_uri": self.tracking_uri}
+            write_text_atomic(Path(job_dir) / RUN_INFO_FILE, json.dumps(info, indent=1))
         if cfg is not None:
             self.log_params(flatten(cfg))
         return self.run_id

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.tracking.mlflow import RUN_ID_FILE
+from app.tracking.mlflow import RUN_ID_FILE, RUN_INFO_FILE
 
 log = logging.getLogger("distgnn")
 
@@ -80,6 +80,14 @@ def read_result(job_dir: str | Path) -> dict[str, float]:
         return {}
 
 
+def read_run_info(job_dir: str | Path) -> dict[str, str]:
+    """`<job_dir>/mlflow_run.json` (run id and name, experiment id, store), or {}."""
+    try:
+        return json.loads((Path(job_dir) / RUN_INFO_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def read_run_id(job_dir: str | Path) -> str | None:
     """The MLflow run id the job logged to (`<job_dir>/mlflow_run_id`), or None."""
     try:
@@ -88,11 +96,20 @@ def read_run_id(job_dir: str | Path) -> str | None:
         return None
 
 
+# MLflow 3's UI keeps a GenAI / model-training switch (default GenAI); the query selects the latter.
+_TRAINING_VIEW = "workflowType=machine_learning"
+
+
+def experiment_url(experiment_id: str, address: str = UI_ADDRESS) -> str:
+    """The experiment's runs as metric charts, in the UI's model-training mode."""
+    return f"{address}/#/experiments/{experiment_id}/runs?{_TRAINING_VIEW}&compareRunsMode=CHART"
+
+
 def run_url(run_id: str, experiment_id: str | None = None) -> str:
-    """The run's page in a local `mlflow ui` (the UI redirects /runs/<id> to its experiment)."""
+    """The run's page (without the experiment id the UI redirects, in its default mode)."""
     if experiment_id is None:
         return f"{UI_ADDRESS}/#/runs/{run_id}"
-    return f"{UI_ADDRESS}/#/experiments/{experiment_id}/runs/{run_id}"
+    return f"{UI_ADDRESS}/#/experiments/{experiment_id}/runs/{run_id}?{_TRAINING_VIEW}"
 
 
 def ui_command(tracking_uri: str) -> str:
@@ -128,10 +145,15 @@ def run_summary(cfg: Any, job_dir: str | Path, result: dict[str, float]) -> str:
             f"data wait {100 * metrics.get('data_wait_frac', float('nan')):.0f} %"
         )
     lines.append(f"  job dir:   {job_dir}")
-    run_id = read_run_id(job_dir)
+    info = read_run_info(job_dir)
+    run_id = info.get("run_id") or read_run_id(job_dir)
     if run_id:
-        lines.append(f"  MLflow:    run {run_id}  {run_url(run_id)}")
-        lines.append(f"  open UI:   {ui_command(cfg.tracking_uri)}")
+        exp = info.get("experiment_id")
+        lines.append(f"  MLflow:    run {info.get('run_name', '')} ({run_id})")
+        lines.append(f"             {run_url(run_id, exp)}")
+        if exp:
+            lines.append(f"  charts:    {experiment_url(exp)}")
+        lines.append(f"  open UI:   {ui_command(info.get('tracking_uri', cfg.tracking_uri))}")
     lines.append("=" * 72)
     return "\n".join(lines)
 

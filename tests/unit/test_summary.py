@@ -35,7 +35,10 @@ def test_run_summary_names_metrics_dir_run_and_ui(uri, tmp_path):
     assert "val_acc=0.8100  test_acc=0.8000" in text and "loss=0.5000" in text
     assert "last epoch 1.25 s, 12,346 seeds/s, data wait 25 %" in text
     assert f"job dir:   {tmp_path}" in text
-    assert f"run {run_id}  http://127.0.0.1:5000/#/runs/{run_id}" in text
+    assert (
+        f"(#{run_id})" not in text and f"/#/experiments/{tr.experiment_id}/runs/{run_id}?" in text
+    )
+    assert f"/#/experiments/{tr.experiment_id}/runs?workflowType=machine_learning" in text
     assert f"ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000" in text
 
 

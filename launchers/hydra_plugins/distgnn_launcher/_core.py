@@ -212,7 +212,10 @@ def report_sweep(
         lines.append(f"table: {sweep_dir / 'summary.md'}")
         if client is not None and parent_run_id:
             _log_to_parent(client, parent_run_id, rows, monitor, text)
-            lines.append(f"MLflow parent run {parent_run_id}  {summary.run_url(parent_run_id)}")
+            exp = client.get_run(parent_run_id).info.experiment_id
+            lines.append(f"MLflow parent run {parent_run_id}")
+            lines.append(f"  {summary.run_url(parent_run_id, exp)}")
+            lines.append(f"charts: {summary.experiment_url(exp)}")
             lines.append(f"open UI: {summary.ui_command(cfg.tracking_uri)}")
         print("\n".join(lines), flush=True)
     except Exception as err:
