@@ -17,8 +17,9 @@ What a person sees in the UI is shaped here, so every call site gets it:
 - params that look like credentials are masked (`redact`);
 - partition stats logged as metrics (`partition.*` / `partition/*`) become `partition_stats.*`
   params, `partition_stats.json` and one PNG (`partition_stats`), not a chart per number;
-- `end()` attaches a PNG of the learning curves, and a FAILED run's `error` tag is the first
-  line of the exception (taken from the one being handled when no error is passed).
+- `end()` logs `startup_s` (the start-up phases timed in this process, `progress.phase`),
+  attaches a PNG of the learning curves, and sets a FAILED run's `error` tag to the first line
+  of the exception (the one being handled when no error is passed).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from app.fsutil import file_lock, write_text_atomic
 from app.tracking import partition_stats, plots
 from app.tracking.naming import job_overrides
 from app.tracking.naming import run_name as default_run_name
-from app.tracking.progress import phase
+from app.tracking.progress import log_startup, phase
 from app.tracking.redact import redact
 
 log = logging.getLogger("distgnn.tracking")
@@ -315,7 +316,7 @@ class MlflowTracker(Tracker):
             log.warning("could not attach %s to run %s: %s", name, self.run_id, err)
 
     def end(self, status: str = FINISHED, error: str | None = None) -> None:
-        """Close the run (idempotent), after attaching the learning-curve PNG.
+        """Close the run (idempotent), after logging `startup_s` and the learning-curve PNG.
 
         `error` (its first line) is kept as the run's `error` tag; a FAILED / KILLED run ended
         without one while an exception is being handled (a `finally:`) gets that exception's.
@@ -329,6 +330,7 @@ class MlflowTracker(Tracker):
         if not error and status != FINISHED and handled is not None:
             error = error_line(handled)
         try:
+            log_startup(self)
             if self.history:
                 name = self.client.get_run(run_id).info.run_name
                 self._log_png(

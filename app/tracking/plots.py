@@ -23,9 +23,12 @@ PART_BARS = ("nodes", "edges", "halo", "train")
 
 
 def _pyplot():
+    import logging
+
     import matplotlib
 
     matplotlib.use("Agg", force=True)
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     import matplotlib.pyplot as plt
 
     return plt
@@ -41,6 +44,7 @@ def learning_curves(history: dict[str, list[tuple[int, float]]], path: Path, tit
     for ax, (name, keys) in zip(axes.flat, panels, strict=True):
         ax.set_title(name, fontsize=10)
         ax.set_xlabel("epoch")
+        ax.xaxis.get_major_locator().set_params(integer=True)
         for key in keys:
             steps, values = zip(*sorted(history[key]), strict=True)
             ax.plot(steps, values, marker="o", markersize=3, label=key)
@@ -62,10 +66,8 @@ def partition_bars(parts: list[dict[str, Any]], path: Path, title: str) -> bool:
     keys = [k for k in PART_BARS if any(k in row for row in parts)]
     fig, axes = plt.subplots(1, len(keys), figsize=(3.2 * len(keys), 3.2), constrained_layout=True)
     for ax, key in zip(axes if len(keys) > 1 else [axes], keys, strict=True):
-        ax.bar(
-            [str(row.get("part", i)) for i, row in enumerate(parts)],
-            [row.get(key, 0) for row in parts],
-        )
+        ax.bar(range(len(parts)), [row.get(key, 0) for row in parts])
+        ax.set_xticks(range(len(parts)), [str(row.get("part", i)) for i, row in enumerate(parts)])
         ax.set_title(key, fontsize=10)
         ax.set_xlabel("part")
         ax.grid(axis="y", alpha=0.3)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from app.tracking.mlflow import RUN_ID_FILE, RUN_INFO_FILE
+from app.tracking.progress import phases_line
 
 log = logging.getLogger("distgnn")
 
@@ -144,6 +145,8 @@ def run_summary(cfg: Any, job_dir: str | Path, result: dict[str, float]) -> str:
             f"{_fmt('seeds_per_s', metrics.get('seeds_per_s'))} seeds/s, "
             f"data wait {100 * metrics.get('data_wait_frac', float('nan')):.0f} %"
         )
+    if phases_line():
+        lines.append(f"  startup:   {phases_line()} (timed in this process)")
     lines.append(f"  job dir:   {job_dir}")
     info = read_run_info(job_dir)
     run_id = info.get("run_id") or read_run_id(job_dir)

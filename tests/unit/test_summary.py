@@ -93,3 +93,18 @@ def test_best_params_metrics_and_monitor_defaults():
     assert monitor_key(cfg) == "val_auc"
     cfg.train.monitor = "test_mrr"
     assert monitor_key(cfg) == "test_mrr"
+
+
+def test_startup_phases_logged_on_the_run(uri):
+    from app.tracking.progress import phase, phases_line
+
+    with phase("dataset"):
+        pass
+    assert "dataset 0.0 s" in phases_line()
+    with MlflowTracker(uri) as tr:
+        run_id = tr.start(None)
+    from mlflow.tracking import MlflowClient
+
+    run = MlflowClient(uri).get_run(run_id)
+    assert run.data.metrics["startup_s"] >= 0
+    assert {"startup.dataset_s", "startup.mlflow_store_s"} <= set(run.data.params)
