@@ -11,13 +11,14 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from app.config import ConfigError, check_overrides, register_configs, to_config
+from app.config import CONF_DIR, ConfigError, check_overrides, register_configs, to_config
 
 register_configs()
 log = logging.getLogger("distgnn")
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+# An absolute config dir: found the same way from `python -m app` and the `distgnn` script.
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(node: DictConfig) -> float | None:
     try:
         cfg = to_config(node)
