@@ -26,13 +26,14 @@ def main(node: DictConfig) -> float | None:
         print(f"config error: {err}", file=sys.stderr)
         sys.exit(2)
     # -- issue 15: real OGB data missing -> one line, before any work or process --
-    from app.dataset.ogb import OgbDataMissingError, precheck
+    if cfg.dataset.name.startswith("ogbn_"):  # (app.dataset imports PyG: only when needed)
+        from app.dataset.ogb import OgbDataMissingError, precheck
 
-    try:
-        precheck(cfg.dataset)
-    except OgbDataMissingError as err:
-        print(f"data error: {err}", file=sys.stderr)
-        sys.exit(2)
+        try:
+            precheck(cfg.dataset)
+        except OgbDataMissingError as err:
+            print(f"data error: {err}", file=sys.stderr)
+            sys.exit(2)
     # --
     from app.tasks import run_task
 

@@ -16,6 +16,7 @@ from typing import Any
 
 log = logging.getLogger("distgnn.startup")
 
+SHOWN_S = 0.1  # shorter phases are logged at DEBUG and left out of summaries
 _PHASES: dict[str, float] = {}  # phase name -> seconds of its latest run in this process
 
 
@@ -28,7 +29,12 @@ def phase(name: str) -> Iterator[None]:
     finally:
         seconds = time.perf_counter() - start
         _PHASES[name] = seconds  # the latest: each job of a sweep run in-process repeats them
-        log.info("startup: %s %.1f s", name, seconds)
+        log.log(
+            logging.INFO if seconds >= SHOWN_S else logging.DEBUG,
+            "startup: %s %.1f s",
+            name,
+            seconds,
+        )
 
 
 def phases() -> dict[str, float]:
@@ -37,8 +43,8 @@ def phases() -> dict[str, float]:
 
 
 def phases_line() -> str:
-    """`mlflow store 1.2 s, dataset 0.4 s` (phases timed in this process), or ""."""
-    return ", ".join(f"{k} {v:.1f} s" for k, v in _PHASES.items())
+    """`mlflow store 1.2 s, dataset 0.4 s` (phases of this process, >= SHOWN_S), or ""."""
+    return ", ".join(f"{k} {v:.1f} s" for k, v in _PHASES.items() if v >= SHOWN_S)
 
 
 def startup_metrics() -> dict[str, float]:

@@ -38,7 +38,6 @@ METRIC_COLUMNS = (
     "loss",
     "epoch_time_s",
     "seeds_per_s",
-    "data_wait_frac",
 )
 
 

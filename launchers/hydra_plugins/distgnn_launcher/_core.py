@@ -144,7 +144,7 @@ def open_parent_run(config: DictConfig, sweep_dir: Path, run_id: str | None) -> 
         tracker.client.update_run(run_id, status="RUNNING")
         return run_id
     run_id = tracker.start_parent(
-        cfg.mlflow.run_name or f"sweep-{sweep_dir.name}",
+        cfg.mlflow.run_name or f"sweep-{cfg.experiment or cfg.dataset.name}-{sweep_dir.name}",
         tags={"sweep_dir": str(sweep_dir.resolve()), "launcher": "distgnn"},
     )
     log.info("MLflow parent run %s in %s", run_id, cfg.tracking_uri)
