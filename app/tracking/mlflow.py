@@ -7,7 +7,7 @@ ids (no fluent global "active run"), because a multirun sweep runs several jobs 
 The default store is a SQLite file (`Config.tracking_uri`). Creating it runs MLflow's schema
 migrations, which race when several jobs or processes open a fresh file at once, so the first
 open (and get-or-create of the experiment) happens under an exclusive `fcntl` lock on
-`<db>.lock`. Artifacts go next to the database (`<db dir>/artifacts/<experiment id>`), never
+`<db>.lock`; a fresh file is a copy of an already migrated empty store (`store_template`). Artifacts go next to the database (`<db dir>/artifacts/<experiment id>`), never
 into the current directory. MLflow is imported lazily: it takes seconds to import.
 
 What a person sees in the UI is shaped here, so every call site gets it:
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from app.fsutil import file_lock, write_text_atomic
-from app.tracking import partition_stats, plots
+from app.tracking import partition_stats, plots, store_template
 from app.tracking.naming import job_overrides
 from app.tracking.naming import run_name as default_run_name
 from app.tracking.progress import log_startup, phase
@@ -172,7 +172,10 @@ class MlflowTracker(Tracker):
             self.client = MlflowClient(self.tracking_uri)
             return self._experiment_id(None)
         with file_lock(db.with_name(db.name + ".lock"), LOCK_TIMEOUT_S, "a job creating the store"):
+            migrate = not db.exists() and not store_template.restore(db)
             self.client = MlflowClient(self.tracking_uri)
+            if migrate:
+                store_template.save(db)
             return self._experiment_id(db.parent / "artifacts")
 
     def _experiment_id(self, artifact_root: Path | None) -> str:

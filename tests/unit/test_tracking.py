@@ -251,3 +251,17 @@ def test_masked_in_the_store(uri):
         client(uri).get_run(run_id).data.params["mlflow.tracking_uri"]
         == "postgresql://u:***@db/mlflow"
     )
+
+
+def test_fresh_stores_copy_a_migrated_template(tmp_path, monkeypatch):
+    from app.tracking.store_template import template_path
+
+    monkeypatch.setenv("DISTGNN_CACHE_DIR", str(tmp_path / "cache"))
+    MlflowTracker(f"sqlite:///{tmp_path / 'first.db'}", "a")  # migrates, keeps the template
+    assert template_path().is_file()
+    second = f"sqlite:///{tmp_path / 'second.db'}"
+    with MlflowTracker(second, "b") as tr:  # a copy of the template
+        run_id = tr.start(None)
+        tr.log_metrics({"x": 2.0}, step=0)
+    assert client(second).get_run(run_id).data.metrics["x"] == 2.0
+    assert [e.name for e in client(second).search_experiments()] == ["b", "Default"]
