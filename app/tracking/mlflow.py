@@ -318,6 +318,18 @@ class MlflowTracker(Tracker):
         except Exception as err:  # a missing plot must never fail the training run
             log.warning("could not attach %s to run %s: %s", name, self.run_id, err)
 
+    def _before_end(self, run_id: str) -> None:
+        """`startup_s` and the learning-curve PNG; a problem here is logged, the run still ends."""
+        try:
+            log_startup(self)
+            if self.history:
+                name = self.client.get_run(run_id).info.run_name
+                self._log_png(
+                    lambda path: plots.learning_curves(self.history, path, name), CURVES_PNG
+                )
+        except Exception as err:
+            log.warning("run %s: could not log start-up times or curves: %s", run_id, err)
+
     def end(self, status: str = FINISHED, error: str | None = None) -> None:
         """Close the run (idempotent), after logging `startup_s` and the learning-curve PNG.
 
@@ -333,12 +345,7 @@ class MlflowTracker(Tracker):
         if not error and status != FINISHED and handled is not None:
             error = error_line(handled)
         try:
-            log_startup(self)
-            if self.history:
-                name = self.client.get_run(run_id).info.run_name
-                self._log_png(
-                    lambda path: plots.learning_curves(self.history, path, name), CURVES_PNG
-                )
+            self._before_end(run_id)
             if error:
                 self.set_tags({"error": (error.strip().splitlines() or [error])[0]})
             self.client.set_terminated(run_id, status)
