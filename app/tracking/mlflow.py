@@ -7,8 +7,9 @@ ids (no fluent global "active run"), because a multirun sweep runs several jobs 
 The default store is a SQLite file (`Config.tracking_uri`). Creating it runs MLflow's schema
 migrations, which race when several jobs or processes open a fresh file at once, so the first
 open (and get-or-create of the experiment) happens under an exclusive `fcntl` lock on
-`<db>.lock`; a fresh file is a copy of an already migrated empty store (`store_template`). Artifacts go next to the database (`<db dir>/artifacts/<experiment id>`), never
-into the current directory. MLflow is imported lazily: it takes seconds to import.
+`<db>.lock`; a fresh file is a copy of an already migrated empty store (`store_template`).
+Artifacts go next to the database (`<db dir>/artifacts/<experiment id>`), never into the
+current directory. MLflow is imported lazily: it takes seconds to import.
 
 What a person sees in the UI is shaped here, so every call site gets it:
 - experiments are tagged as model-training ones (`mlflow.experimentKind`), so MLflow 3 opens
@@ -17,9 +18,9 @@ What a person sees in the UI is shaped here, so every call site gets it:
 - params that look like credentials are masked (`redact`);
 - partition stats logged as metrics (`partition.*` / `partition/*`) become `partition_stats.*`
   params, `partition_stats.json` and one PNG (`partition_stats`), not a chart per number;
-- `end()` logs `startup_s` (the start-up phases timed in this process, `progress.phase`),
-  attaches a PNG of the learning curves, and sets a FAILED run's `error` tag to the first line
-  of the exception (the one being handled when no error is passed).
+- `end()` of a FINISHED run logs `startup_s` (the start-up phases timed in this process,
+  `progress.phase`) and attaches a PNG of the learning curves; a FAILED run's `error` tag is
+  the first line of the exception (the one being handled when no error is passed).
 """
 
 from __future__ import annotations
@@ -162,6 +163,7 @@ class MlflowTracker(Tracker):
         self.run_id = None
         self.history: dict[str, list[tuple[int, float]]] = {}
         self.partition_logged = False
+        self.partition_parts: list[dict[str, Any]] = []  # rows for the PNG drawn at the end
 
     def _open_store(self) -> str:
         """Open (creating, migrating) the store and the experiment under the DB's file lock."""
@@ -220,7 +222,7 @@ class MlflowTracker(Tracker):
             all_tags.setdefault("overrides", " ".join(job_overrides(job_dir)))
         run = self.client.create_run(self.experiment_id, run_name=run_name, tags=all_tags)
         self.run_id = run.info.run_id
-        self.history, self.partition_logged = {}, False
+        self.history, self.partition_logged, self.partition_parts = {}, False, []
         if job_dir and Path(job_dir).is_dir():
             write_text_atomic(Path(job_dir) / RUN_ID_FILE, self.run_id)
             info = {"run_id": self.run_id, "run_name": run.info.run_name}
@@ -292,7 +294,7 @@ class MlflowTracker(Tracker):
         self.client.log_batch(self._run(), tags=items)
 
     def log_partition_stats(self, stats: dict[str, Any]) -> None:
-        """Partition stats, once per run: `partition_stats.*` params, JSON and a bar PNG.
+        """Partition stats, once per run: `partition_stats.*` params, JSON, a bar PNG at `end()`.
 
         `stats` is META.json's `stats` dict or `partition_stats.normalise`'s result.
         """
@@ -303,10 +305,7 @@ class MlflowTracker(Tracker):
             stats = partition_stats.from_meta_stats(stats)
         self.log_params(partition_stats.as_params(stats))
         self.log_text(json.dumps(stats, indent=1), "partition_stats.json")
-        self._log_png(
-            lambda path: plots.partition_bars(stats["parts"], path, "partition: parts"),
-            "partition_stats.png",
-        )
+        self.partition_parts = stats["parts"]  # drawn by end(): plotting costs seconds
 
     def _log_png(self, draw: Any, name: str) -> None:
         """Draw a PNG with `draw(path) -> bool` and log it; a plotting error is only logged."""
@@ -319,9 +318,15 @@ class MlflowTracker(Tracker):
             log.warning("could not attach %s to run %s: %s", name, self.run_id, err)
 
     def _before_end(self, run_id: str) -> None:
-        """`startup_s` and the learning-curve PNG; a problem here is logged, the run still ends."""
+        """`startup_s` and the PNGs; a problem here is logged, the run still ends."""
         try:
             log_startup(self)
+            if self.partition_parts:
+                parts = self.partition_parts
+                self._log_png(
+                    lambda path: plots.partition_bars(parts, path, "partition: parts"),
+                    "partition_stats.png",
+                )
             if self.history:
                 name = self.client.get_run(run_id).info.run_name
                 self._log_png(
@@ -331,7 +336,7 @@ class MlflowTracker(Tracker):
             log.warning("run %s: could not log start-up times or curves: %s", run_id, err)
 
     def end(self, status: str = FINISHED, error: str | None = None) -> None:
-        """Close the run (idempotent), after logging `startup_s` and the learning-curve PNG.
+        """Close the run (idempotent); a FINISHED one after `startup_s` and the curves' PNG.
 
         `error` (its first line) is kept as the run's `error` tag; a FAILED / KILLED run ended
         without one while an exception is being handled (a `finally:`) gets that exception's.
@@ -345,7 +350,8 @@ class MlflowTracker(Tracker):
         if not error and status != FINISHED and handled is not None:
             error = error_line(handled)
         try:
-            self._before_end(run_id)
+            if status == FINISHED:  # a failing or interrupted job has seconds left: no plots
+                self._before_end(run_id)
             if error:
                 self.set_tags({"error": (error.strip().splitlines() or [error])[0]})
             self.client.set_terminated(run_id, status)

@@ -1,7 +1,8 @@
 """PNG plots attached to MLflow runs: the learning curves, and the partition's per-part sizes.
 
-matplotlib (installed with MLflow) is imported lazily with the non-interactive Agg backend, so
-plotting works without a display and costs nothing to processes that never plot.
+matplotlib (installed with MLflow) is imported lazily and used through `Figure` (drawn by Agg,
+without pyplot), so plotting works without a display, touches no global state, and costs
+nothing to processes that never plot.
 """
 
 from __future__ import annotations
@@ -22,16 +23,14 @@ CURVE_PANELS = (
 PART_BARS = ("nodes", "edges", "halo", "train")
 
 
-def _pyplot():
+def _figure(**kwargs: Any):
+    """A matplotlib Figure drawn by the Agg canvas: no pyplot, no GUI backend, no global state."""
     import logging
 
-    import matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg", force=True)
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
-    import matplotlib.pyplot as plt
-
-    return plt
+    return Figure(layout="constrained", **kwargs)
 
 
 def learning_curves(history: dict[str, list[tuple[int, float]]], path: Path, title: str) -> bool:
@@ -39,8 +38,8 @@ def learning_curves(history: dict[str, list[tuple[int, float]]], path: Path, tit
     panels = [(name, [m for m in keys if m in history]) for name, keys in CURVE_PANELS]
     if not any(keys for _, keys in panels):
         return False
-    plt = _pyplot()
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7), constrained_layout=True)
+    fig = _figure(figsize=(11, 7))
+    axes = fig.subplots(2, 2)
     for ax, (name, keys) in zip(axes.flat, panels, strict=True):
         ax.set_title(name, fontsize=10)
         ax.set_xlabel("epoch")
@@ -54,7 +53,6 @@ def learning_curves(history: dict[str, list[tuple[int, float]]], path: Path, tit
     fig.suptitle(title, fontsize=11)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
-    plt.close(fig)
     return True
 
 
@@ -62,9 +60,9 @@ def partition_bars(parts: list[dict[str, Any]], path: Path, title: str) -> bool:
     """One bar group per part (nodes, edges, halo, train nodes) in a PNG; False if no parts."""
     if not parts:
         return False
-    plt = _pyplot()
     keys = [k for k in PART_BARS if any(k in row for row in parts)]
-    fig, axes = plt.subplots(1, len(keys), figsize=(3.2 * len(keys), 3.2), constrained_layout=True)
+    fig = _figure(figsize=(3.2 * len(keys), 3.2))
+    axes = fig.subplots(1, len(keys))
     for ax, key in zip(axes if len(keys) > 1 else [axes], keys, strict=True):
         ax.bar(range(len(parts)), [row.get(key, 0) for row in parts])
         ax.set_xticks(range(len(parts)), [str(row.get("part", i)) for i, row in enumerate(parts)])
@@ -74,5 +72,4 @@ def partition_bars(parts: list[dict[str, Any]], path: Path, title: str) -> bool:
     fig.suptitle(title, fontsize=11)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
-    plt.close(fig)
     return True
