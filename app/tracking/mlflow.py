@@ -338,8 +338,8 @@ class MlflowTracker(Tracker):
     def end(self, status: str = FINISHED, error: str | None = None) -> None:
         """Close the run (idempotent); a FINISHED one after `startup_s` and the curves' PNG.
 
-        `error` (its first line) is kept as the run's `error` tag; a FAILED / KILLED run ended
-        without one while an exception is being handled (a `finally:`) gets that exception's.
+        `error` (its first line) is kept as the run's `error` tag; a FAILED run ended without
+        one while an exception is being handled (a `finally:`) gets that exception's.
         """
         if status not in (FINISHED, FAILED, KILLED):
             raise ValueError(f"run status {status!r}: expected FINISHED, FAILED or KILLED")
@@ -347,7 +347,7 @@ class MlflowTracker(Tracker):
             return
         run_id = self.run_id
         handled = sys.exc_info()[1]
-        if not error and status != FINISHED and handled is not None:
+        if not error and status == FAILED and handled is not None:
             error = error_line(handled)
         try:
             if status == FINISHED:  # a failing or interrupted job has seconds left: no plots
