@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 EXP     ?= products_homo
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-fast lint format bench bench-products ui clean chaos
+.PHONY: help install run test test-fast lint format bench bench-products ui ui-check clean chaos
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -52,8 +52,11 @@ bench: install  ## benchmarks: table on stdout, records in outputs/bench/results
 bench-products: install  ## opt-in: partitioning at ogbn-products scale (2.45M nodes)
 	$(BIN)/python -m bench.partition --products
 
-ui: install  ## MLflow UI over the default store on 127.0.0.1:5000
-	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/outputs/mlflow.db --host 127.0.0.1 --port 5000
+ui: install  ## MLflow UI over the default store; prints http://127.0.0.1:5000 once it answers
+	$(BIN)/python -m app.tracking.ui serve --store $(CURDIR)/outputs/mlflow.db --port 5000
+
+ui-check: install  ## opt-in: headless Chromium screenshot of the newest experiment (outputs/ui-check/)
+	$(BIN)/python -m app.tracking.ui check --store $(CURDIR)/outputs/mlflow.db --out $(CURDIR)/outputs/ui-check
 
 clean:  ## remove outputs (runs, partitions, benches, MLflow store)
 	rm -rf outputs/* && touch outputs/.gitkeep

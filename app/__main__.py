@@ -2,6 +2,8 @@
 
 User errors (bad config, unusable partition, full disk) end in one line and a non-zero exit;
 Ctrl-C exits 130 and SIGTERM 143, after every child was stopped, without a traceback.
+`python -m app report ...` (also `distgnn report ...`) prints results tables instead:
+app/report.py.
 """
 
 from __future__ import annotations
@@ -36,7 +38,13 @@ import logging  # noqa: E402
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from app.config import ConfigError, check_overrides, register_configs, to_config  # noqa: E402
+from app.config import (  # noqa: E402
+    CONF_DIR,
+    ConfigError,
+    check_overrides,
+    register_configs,
+    to_config,
+)
 
 register_configs()
 log = logging.getLogger("distgnn")
@@ -57,7 +65,8 @@ def _fail(kind: str, err: BaseException, code: int) -> None:
     sys.exit(code)
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+# An absolute config dir: found the same way from `python -m app` and the `distgnn` script.
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(node: DictConfig) -> float | None:
     try:
         cfg = to_config(node)
@@ -69,6 +78,13 @@ def main(node: DictConfig) -> float | None:
     from app.partition.reader import PartitionError
     from app.tasks import run_task
 
+    if cfg.dataset.name.startswith("ogbn_"):  # real OGB data missing: one line, before any work
+        from app.dataset.ogb import OgbDataMissingError, precheck
+
+        try:
+            precheck(cfg.dataset)
+        except OgbDataMissingError as err:
+            _fail("data error", err, EXIT_CONFIG)
     try:
         check_memory(cfg)
         if cfg.task != "partition":
@@ -125,5 +141,16 @@ def run_cli(argv: list[str]) -> None:
         sys.exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """`python -m app ...` and the `distgnn` console script."""
+    if signal.getsignal(signal.SIGTERM) is not _on_sigterm:  # the console script starts here
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    if sys.argv[1:2] == ["report"]:  # reads the MLflow store: not a Hydra run
+        from app.report import main as report
+
+        sys.exit(report(sys.argv[2:]))
     run_cli(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    cli()

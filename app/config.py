@@ -131,6 +131,9 @@ class TrainConfig:
     resume: bool = False
     device: str = "cpu"  # cpu | cuda | auto (cuda when available); samplers stay on the CPU
     eval_negatives: int = 20  # link eval: random destinations ranked against each positive
+    # Metric that picks a sweep's best job (summaries, `python -m app report`); "": val_acc,
+    # or val_auc for link objectives. Names containing "loss" or "time" are minimised.
+    monitor: str = ""
 
 
 @dataclass
@@ -463,15 +466,19 @@ def check_override(arg: str, *, check_value: bool = True) -> None:
     """Reject `group.key=value` overrides whose key is unknown or whose value has the wrong type.
 
     Hydra rejects these too, with a multi-line report; this names the key, the value and a close
-    valid key in one line. Group selections (`model=gat`), `+`/`~` overrides and `hydra.*` keys
+    valid key in one line. Group selections (`model=gat`, `+experiment=smoke`) must name a YAML
+    file of the group (with a close name suggested); other `+`/`~` overrides and `hydra.*` keys
     are left to Hydra.
     """
-    if "=" not in arg or arg[0] in "+~" or arg.startswith("hydra"):
+    if "=" not in arg or arg.startswith(("~", "hydra")):
         return
     key, value = arg.split("=", 1)
-    path = key.split(".")
-    if len(path) == 1 and key in GROUPS:
+    if key.lstrip("+") in CHOICE_GROUPS:
+        _check_choice(key, value, sweep=not check_value)
         return
+    if arg[0] == "+":
+        return
+    path = key.split(".")
     schema: type = Config
     for depth, part in enumerate(path):
         names = _field_names(schema)
@@ -492,6 +499,30 @@ def check_override(arg: str, *, check_value: bool = True) -> None:
         except Exception as err:  # omegaconf.ValidationError; parse errors are Hydra's to report
             if type(err).__name__ == "ValidationError":
                 raise ConfigError(f"{key}={value}: {str(err).splitlines()[0]}") from None
+
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+# Config groups chosen by name on the command line (`model=gat`, `+experiment=smoke`).
+CHOICE_GROUPS = (*GROUPS, "experiment")
+
+
+def _check_choice(key: str, value: str, sweep: bool) -> None:
+    """`group=name` must name a `conf/<group>/<name>.yaml`; else one line with "did you mean"."""
+    import difflib
+
+    group = key.lstrip("+")
+    options = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml") if p.stem != "schema")
+    if sweep and "(" in value:  # choice(...), glob(...): Hydra's sweep syntax, Hydra checks it
+        return
+    names = value.split(",") if sweep else [value]
+    for name in names:
+        if name in options or name in ("null", "") or not options:
+            continue
+        close = difflib.get_close_matches(name, options, n=1)
+        hint = f"did you mean {key}={close[0]}? " if close else ""
+        raise ConfigError(
+            f"{key}={name}: no conf/{group}/{name}.yaml; {hint}(options: {', '.join(options)})"
+        )
 
 
 def check_overrides(argv: list[str]) -> None:

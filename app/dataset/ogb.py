@@ -112,6 +112,18 @@ def check_files(spec: OgbSpec, root: Path) -> None:
             )
 
 
+def precheck(cfg: DatasetConfig) -> None:
+    """Before any work: OgbDataMissingError if `cfg` is an OGB dataset whose files are missing.
+
+    Nothing to check for synthetic datasets, or once the converted tensors are cached (a job
+    that reuses its partition may then run without the raw files).
+    """
+    spec = SPECS.get(cfg.name)
+    if spec is None or cache_path(cfg, seed=0).exists():
+        return
+    check_files(spec, Path(cfg.root))
+
+
 def import_ogb_dataset():
     """`NodePropPredDataset`, imported without ogb's background PyPI version check."""
     blocked = "outdated" not in sys.modules

@@ -7,28 +7,53 @@ ids (no fluent global "active run"), because a multirun sweep runs several jobs 
 The default store is a SQLite file (`Config.tracking_uri`). Creating it runs MLflow's schema
 migrations, which race when several jobs or processes open a fresh file at once, so the first
 open (and get-or-create of the experiment) happens under an exclusive `fcntl` lock on
-`<db>.lock`. Artifacts go next to the database (`<db dir>/artifacts/<experiment id>`), never
-into the current directory. MLflow is imported lazily: it takes seconds to import.
+`<db>.lock`; a fresh file is a copy of an already migrated empty store (`store_template`).
+Artifacts go next to the database (`<db dir>/artifacts/<experiment id>`), never into the
+current directory. MLflow is imported lazily: it takes seconds to import.
+
+What a person sees in the UI is shaped here, so every call site gets it:
+- experiments are tagged as model-training ones (`mlflow.experimentKind`), so MLflow 3 opens
+  them on the runs and their charts, not on its GenAI "Evaluations" view;
+- runs without an explicit name get a readable unique one (`naming.run_name`);
+- params that look like credentials are masked (`redact`);
+- partition stats logged as metrics (`partition.*` / `partition/*`) become `partition_stats.*`
+  params, `partition_stats.json` and one PNG (`partition_stats`), not a chart per number;
+- `end()` of a FINISHED run logs `startup_s` (the start-up phases timed in this process,
+  `progress.phase`) and attaches a PNG of the learning curves; a FAILED run's `error` tag is
+  the first line of the exception (the one being handled when no error is passed).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import os
+import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
 from typing import Any
 
-from app.fsutil import file_lock
+from app.fsutil import file_lock, write_text_atomic
+from app.tracking import partition_stats, plots, store_template
+from app.tracking.naming import job_overrides
+from app.tracking.naming import run_name as default_run_name
+from app.tracking.progress import log_startup, phase
+from app.tracking.redact import redact
 
 log = logging.getLogger("distgnn.tracking")
 
 FINISHED, FAILED, KILLED = "FINISHED", "FAILED", "KILLED"
 PARENT_TAG = "mlflow.parentRunId"
 LOCK_TIMEOUT_S = 120.0
+# MLflow 3's UI opens experiments by kind; without this tag it infers one and may pick GenAI.
+KIND_TAG, KIND_TRAINING = "mlflow.experimentKind", "custom_model_development"
+RUN_ID_FILE = "mlflow_run_id"  # in the job dir: the run a job logged to (read by summaries)
+RUN_INFO_FILE = "mlflow_run.json"  # in the job dir: run id and name, experiment id, store
+CURVES_PNG = "learning_curves.png"
 
 
 class Tracker:
@@ -60,6 +85,9 @@ class Tracker:
     def set_tags(self, tags: dict[str, str]) -> None:
         pass
 
+    def log_partition_stats(self, stats: dict[str, Any]) -> None:
+        pass
+
     def end(self, status: str = FINISHED, error: str | None = None) -> None:
         pass
 
@@ -73,12 +101,18 @@ class Tracker:
         elif isinstance(exc, KeyboardInterrupt | SystemExit):
             self.end(KILLED, error=type(exc).__name__)
         else:
-            self.end(FAILED, error=f"{type(exc).__name__}: {exc}")
+            self.end(FAILED, error=error_line(exc))
         return False
 
 
 class NullTracker(Tracker):
     """Logs nothing (trainers other than rank 0, samplers, `mlflow.enabled=false`)."""
+
+
+def error_line(exc: BaseException) -> str:
+    """`Type: first line of the message`: the `error` tag of a FAILED run."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
@@ -124,8 +158,12 @@ class MlflowTracker(Tracker):
         quiet_mlflow()
         self.tracking_uri = tracking_uri
         self.experiment_name = experiment_name
-        self.experiment_id = self._open_store()
+        with phase("mlflow store"):
+            self.experiment_id = self._open_store()
         self.run_id = None
+        self.history: dict[str, list[tuple[int, float]]] = {}
+        self.partition_logged = False
+        self.partition_parts: list[dict[str, Any]] = []  # rows for the PNG drawn at the end
 
     def _open_store(self) -> str:
         """Open (creating, migrating) the store and the experiment under the DB's file lock."""
@@ -136,17 +174,25 @@ class MlflowTracker(Tracker):
             self.client = MlflowClient(self.tracking_uri)
             return self._experiment_id(None)
         with file_lock(db.with_name(db.name + ".lock"), LOCK_TIMEOUT_S, "a job creating the store"):
+            migrate = not db.exists() and not store_template.restore(db)
             self.client = MlflowClient(self.tracking_uri)
+            if migrate:
+                store_template.save(db)
             return self._experiment_id(db.parent / "artifacts")
 
     def _experiment_id(self, artifact_root: Path | None) -> str:
+        """Get or create the experiment, tagged as a model-training one (older ones too)."""
         exp = self.client.get_experiment_by_name(self.experiment_name)
         if exp is not None:
+            if exp.tags.get(KIND_TAG) is None:
+                self.client.set_experiment_tag(exp.experiment_id, KIND_TAG, KIND_TRAINING)
             return exp.experiment_id
         location = None
         if artifact_root is not None:
             location = (artifact_root / self.experiment_name).resolve().as_uri()
-        return self.client.create_experiment(self.experiment_name, artifact_location=location)
+        return self.client.create_experiment(
+            self.experiment_name, artifact_location=location, tags={KIND_TAG: KIND_TRAINING}
+        )
 
     def start(
         self,
@@ -155,16 +201,33 @@ class MlflowTracker(Tracker):
         parent_run_id: str | None = None,
         tags: dict[str, str] | None = None,
     ) -> str:
-        """Create the run (a child of `parent_run_id` if given) and log `cfg` as params."""
+        """Create the run (a child of `parent_run_id` if given) and log `cfg` as params.
+
+        Without `run_name` (nor `mlflow.run_name`) the run is named `naming.run_name`. A
+        `job_dir` tag makes the run findable from the job dir: its id is written to
+        `<job_dir>/mlflow_run_id` (and with its name, experiment and store to
+        `mlflow_run.json`), and the job's overrides become the `overrides` tag.
+        """
         if self.run_id is not None:
             raise RuntimeError(f"run {self.run_id} is still open: end() it before start()")
         all_tags = dict(tags or {})
+        job_dir = all_tags.get("job_dir") or None
         if run_name is None:
             run_name = getattr(getattr(cfg, "mlflow", None), "run_name", None)
+        if run_name is None and cfg is not None:
+            run_name = default_run_name(cfg, job_dir)
         if parent_run_id:
             all_tags[PARENT_TAG] = parent_run_id
+        if job_dir:
+            all_tags.setdefault("overrides", " ".join(job_overrides(job_dir)))
         run = self.client.create_run(self.experiment_id, run_name=run_name, tags=all_tags)
         self.run_id = run.info.run_id
+        self.history, self.partition_logged, self.partition_parts = {}, False, []
+        if job_dir and Path(job_dir).is_dir():
+            write_text_atomic(Path(job_dir) / RUN_ID_FILE, self.run_id)
+            info = {"run_id": self.run_id, "run_name": run.info.run_name}
+            info |= {"experiment_id": self.experiment_id, "tracking_uri": self.tracking_uri}
+            write_text_atomic(Path(job_dir) / RUN_INFO_FILE, json.dumps(info, indent=1))
         if cfg is not None:
             self.log_params(flatten(cfg))
         return self.run_id
@@ -186,20 +249,28 @@ class MlflowTracker(Tracker):
         from mlflow.entities import Param
         from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
 
-        items = [Param(k, str(v)[:MAX_PARAM_VAL_LENGTH]) for k, v in flatten(params).items()]
+        items = [
+            Param(k, redact(k, str(v))[:MAX_PARAM_VAL_LENGTH]) for k, v in flatten(params).items()
+        ]
         for i in range(0, len(items), MAX_PARAMS_TAGS_PER_BATCH):
             self.client.log_batch(self._run(), params=items[i : i + MAX_PARAMS_TAGS_PER_BATCH])
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        """Log numbers at `step`; partition stats among them go to `log_partition_stats`."""
         from mlflow.entities import Metric
         from mlflow.utils.validation import MAX_METRICS_PER_BATCH
 
+        part = {k: v for k, v in metrics.items() if partition_stats.is_partition_key(k)}
+        if part:
+            self.log_partition_stats(partition_stats.normalise(part))
         now = int(time.time() * 1000)
         items = [
             Metric(k, float(v), now, step or 0)
             for k, v in metrics.items()
-            if isinstance(v, int | float) and not math.isnan(v)
+            if isinstance(v, int | float) and not math.isnan(v) and k not in part
         ]
+        for m in items:
+            self.history.setdefault(m.key, []).append((m.step, m.value))
         for i in range(0, len(items), MAX_METRICS_PER_BATCH):
             self.client.log_batch(self._run(), metrics=items[i : i + MAX_METRICS_PER_BATCH])
 
@@ -222,16 +293,67 @@ class MlflowTracker(Tracker):
         items = [RunTag(k, str(v)[:MAX_TAG_VAL_LENGTH]) for k, v in tags.items()]
         self.client.log_batch(self._run(), tags=items)
 
+    def log_partition_stats(self, stats: dict[str, Any]) -> None:
+        """Partition stats, once per run: `partition_stats.*` params, JSON, a bar PNG at `end()`.
+
+        `stats` is META.json's `stats` dict or `partition_stats.normalise`'s result.
+        """
+        if self.partition_logged:
+            return
+        self.partition_logged = True
+        if "scalars" not in stats:
+            stats = partition_stats.from_meta_stats(stats)
+        self.log_params(partition_stats.as_params(stats))
+        self.log_text(json.dumps(stats, indent=1), "partition_stats.json")
+        self.partition_parts = stats["parts"]  # drawn by end(): plotting costs seconds
+
+    def _log_png(self, draw: Any, name: str) -> None:
+        """Draw a PNG with `draw(path) -> bool` and log it; a plotting error is only logged."""
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / name
+                if draw(path):
+                    self.client.log_artifact(self._run(), str(path))
+        except Exception as err:  # a missing plot must never fail the training run
+            log.warning("could not attach %s to run %s: %s", name, self.run_id, err)
+
+    def _before_end(self, run_id: str) -> None:
+        """`startup_s` and the PNGs; a problem here is logged, the run still ends."""
+        try:
+            log_startup(self)
+            if self.partition_parts:
+                parts = self.partition_parts
+                self._log_png(
+                    lambda path: plots.partition_bars(parts, path, "partition: parts"),
+                    "partition_stats.png",
+                )
+            if self.history:
+                name = self.client.get_run(run_id).info.run_name
+                self._log_png(
+                    lambda path: plots.learning_curves(self.history, path, name), CURVES_PNG
+                )
+        except Exception as err:
+            log.warning("run %s: could not log start-up times or curves: %s", run_id, err)
+
     def end(self, status: str = FINISHED, error: str | None = None) -> None:
-        """Close the run (idempotent); `error` is kept as the run's `error` tag."""
+        """Close the run (idempotent); a FINISHED one after `startup_s` and the curves' PNG.
+
+        `error` (its first line) is kept as the run's `error` tag; a FAILED run ended without
+        one while an exception is being handled (a `finally:`) gets that exception's.
+        """
         if status not in (FINISHED, FAILED, KILLED):
             raise ValueError(f"run status {status!r}: expected FINISHED, FAILED or KILLED")
         if self.run_id is None:
             return
         run_id = self.run_id
+        handled = sys.exc_info()[1]
+        if not error and status == FAILED and handled is not None:
+            error = error_line(handled)
         try:
+            if status == FINISHED:  # a failing or interrupted job has seconds left: no plots
+                self._before_end(run_id)
             if error:
-                self.set_tags({"error": error})
+                self.set_tags({"error": (error.strip().splitlines() or [error])[0]})
             self.client.set_terminated(run_id, status)
         finally:
             self.run_id = None

@@ -33,7 +33,7 @@ def test_partition_task_writes_then_reuses_and_logs(tmp_path):
     assert second.returncode == 0 and "is up to date" in second.stdout
     _, runs = _runs(tmp_path)
     assert [r.info.status for r in runs] == ["FINISHED", "FINISHED"]
-    assert 0 < runs[0].data.metrics["partition/edge_cut_frac"] < 0.5
+    assert 0 < float(runs[0].data.params["partition_stats.edge_cut_frac"]) < 0.5
 
 
 def test_single_process_training_learns_and_logs(tmp_path):

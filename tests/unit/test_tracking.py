@@ -10,7 +10,15 @@ import pytest
 
 from app.config import Config
 from app.tracking.logging import setup_logging
-from app.tracking.mlflow import MlflowTracker, NullTracker, flatten, make_tracker
+from app.tracking.mlflow import (
+    KIND_TAG,
+    KIND_TRAINING,
+    MlflowTracker,
+    NullTracker,
+    flatten,
+    make_tracker,
+)
+from app.tracking.redact import redact
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +53,7 @@ def test_params_metrics_artifacts_land_in_store(uri, tmp_path):
     assert [(m.step, m.value) for m in history] == [(0, 1.5), (1, 0.5)]
     assert run.data.metrics["val_acc"] == 0.25  # NaN was skipped
     names = {a.path for a in client(uri).list_artifacts(run_id)}
-    assert names == {"note.txt", "config.yaml"}
+    assert names == {"note.txt", "config.yaml", "learning_curves.png"}
     assert (
         Path(uri[len("sqlite:///") :]).parent / "artifacts" / "exp"
     ).is_dir()  # artifacts next to the DB, not in cwd
@@ -151,3 +159,109 @@ def test_logging_prefixes_role_and_rank(tmp_path):
     assert len(lines) == 2
     assert lines[0].startswith("[trainer1.0] ") and lines[0].endswith("distgnn.train: epoch 3")
     assert " W distgnn: done" in lines[1]
+
+
+def test_experiment_is_a_training_experiment(uri):
+    from mlflow.tracking import MlflowClient
+
+    plain = MlflowClient(uri).create_experiment("made-elsewhere")  # no kind tag
+    MlflowTracker(uri, "fresh")
+    MlflowTracker(uri, "made-elsewhere")
+    for exp_id in (MlflowTracker(uri, "fresh").experiment_id, plain):
+        assert client(uri).get_experiment(exp_id).tags[KIND_TAG] == KIND_TRAINING
+
+
+def test_partition_stats_become_params_json_and_one_png(uri):
+    """Both naming schemes (partition task, training runs) end up as the same params."""
+    task_style = {"partition/edge_cut": 40.0, "partition/part0_nodes": 6.0}
+    task_style |= {"partition/part1_nodes": 4.0, "partition/part1_halo": 3.0}
+    train_style = {"partition.edge_cut": 40, "partition.part0.nodes": 6, "partition.part1.nodes": 4}
+    train_style["partition.part1.halo"] = 3
+    params = []
+    for flat in (task_style, train_style):
+        with MlflowTracker(uri, "parts") as tr:
+            run_id = tr.start(None)
+            tr.log_metrics({**flat, "loss": 1.0}, step=0)
+        run = client(uri).get_run(run_id)
+        assert not any(k.startswith("partition") for k in run.data.metrics)
+        params.append({k: v for k, v in run.data.params.items() if k.startswith("partition")})
+        arts = {a.path for a in client(uri).list_artifacts(run_id)}
+        assert {"partition_stats.json", "partition_stats.png"} <= arts
+    assert (
+        params[0]
+        == params[1]
+        == {
+            "partition_stats.edge_cut": "40",
+            "partition_stats.num_parts": "2",
+        }
+    )
+
+
+def test_failed_run_in_finally_gets_first_error_line(uri):
+    """Trainers end their run from a `finally:` with only a status: the error is still tagged."""
+    tr = MlflowTracker(uri, "errors")
+    run_id = tr.start(None)
+    with pytest.raises(RuntimeError):
+        try:
+            raise RuntimeError("peer sampler1.0 died\n  traceback line\n")
+        finally:
+            tr.end("FAILED")
+    assert client(uri).get_run(run_id).data.tags["error"] == "RuntimeError: peer sampler1.0 died"
+
+
+def test_run_names_readable_unique_and_run_id_file(uri, tmp_path):
+    (tmp_path / ".hydra").mkdir()
+    overrides = "- +experiment=smoke\n- model.hidden_channels=64\n- output_dir=/x\n"
+    (tmp_path / ".hydra" / "overrides.yaml").write_text(overrides)
+    cfg = Config(experiment="smoke")
+    names = []
+    for _ in range(2):
+        with MlflowTracker(uri, "names") as tr:
+            run_id = tr.start(cfg, tags={"job_dir": str(tmp_path)})
+            assert (tmp_path / "mlflow_run_id").read_text() == run_id
+        run = client(uri).get_run(run_id)
+        names.append(run.info.run_name)
+        assert (
+            run.data.tags["overrides"] == "+experiment=smoke model.hidden_channels=64 output_dir=/x"
+        )
+    assert names[0] != names[1]
+    assert all(n.startswith("smoke-hidden_channels=64-") and len(n) == 31 for n in names)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "shown"),
+    [
+        ("mlflow.tracking_uri", "http://bob:s3cret@host:5000", "http://bob:***@host:5000"),
+        ("mlflow.tracking_uri", "sqlite:////tmp/mlflow.db", "sqlite:////tmp/mlflow.db"),
+        ("cluster.ssh_cmd", "ssh -i ~/.ssh/id_ed25519 -p 22", "ssh -i *** -p 22"),
+        ("cluster.ssh_cmd", "ssh -o IdentityFile=/k/id", "ssh -o IdentityFile=***"),
+        ("db.password", "hunter2", "***"),
+    ],
+)
+def test_credentials_are_masked(key, value, shown):
+    assert redact(key, value) == shown
+
+
+def test_masked_in_the_store(uri):
+    cfg = Config()
+    cfg.mlflow.tracking_uri = "postgresql://u:pw@db/mlflow"
+    with MlflowTracker(uri, "mask") as tr:
+        run_id = tr.start(cfg)
+    assert (
+        client(uri).get_run(run_id).data.params["mlflow.tracking_uri"]
+        == "postgresql://u:***@db/mlflow"
+    )
+
+
+def test_fresh_stores_copy_a_migrated_template(tmp_path, monkeypatch):
+    from app.tracking.store_template import template_path
+
+    monkeypatch.setenv("DISTGNN_CACHE_DIR", str(tmp_path / "cache"))
+    MlflowTracker(f"sqlite:///{tmp_path / 'first.db'}", "a")  # migrates, keeps the template
+    assert template_path().is_file()
+    second = f"sqlite:///{tmp_path / 'second.db'}"
+    with MlflowTracker(second, "b") as tr:  # a copy of the template
+        run_id = tr.start(None)
+        tr.log_metrics({"x": 2.0}, step=0)
+    assert client(second).get_run(run_id).data.metrics["x"] == 2.0
+    assert [e.name for e in client(second).search_experiments()] == ["b", "Default"]

@@ -10,6 +10,11 @@ MLflow nesting: before the first job, one parent run is created in the app's tra
 its id exported as `DISTGNN_MLFLOW_PARENT_RUN_ID`; `app.tasks` passes it on, and each job's run
 (started by its rank-0 trainer) is tagged as its child. The parent ends FINISHED, FAILED (a job
 failed) or KILLED (Ctrl-C).
+
+Summary: after the last job the launcher prints one table row per job (the overrides that differ,
+final metrics, wall time; the best job by `train.monitor` marked `*`), writes it to
+`<sweep dir>/summary.md`, and logs it on the parent run (`sweep_summary.md`, `best_*` params and
+metrics), so the sweep's result is on the console, on disk and in the UI.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -54,16 +60,20 @@ def launch(
     if launcher.mlflow_parent:
         launcher.parent_run_id = open_parent_run(config, sweep_dir, launcher.parent_run_id)
     runs: list[JobReturn] = []
+    rows = []
     status = "FINISHED"
     try:
         with _exported(PARENT_RUN_ENV, launcher.parent_run_id):
             for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
+                start = time.perf_counter()
                 runs.append(_run_one(launcher, idx, overrides))
+                rows.append(job_row(idx, runs[-1], time.perf_counter() - start))
                 if runs[-1].status == JobStatus.FAILED:
                     status = "FAILED"
                     log.error("job #%d failed: %s", idx, runs[-1]._return_value)
                     if launcher.stop_on_failure:
                         break
+        report_sweep(config, sweep_dir, runs, rows, launcher.parent_run_id)
     except KeyboardInterrupt:
         status = "KILLED"
         raise
@@ -134,7 +144,7 @@ def open_parent_run(config: DictConfig, sweep_dir: Path, run_id: str | None) -> 
         tracker.client.update_run(run_id, status="RUNNING")
         return run_id
     run_id = tracker.start_parent(
-        cfg.mlflow.run_name or f"sweep-{sweep_dir.name}",
+        cfg.mlflow.run_name or f"sweep-{cfg.experiment or cfg.dataset.name}-{sweep_dir.name}",
         tags={"sweep_dir": str(sweep_dir.resolve()), "launcher": "distgnn"},
     )
     log.info("MLflow parent run %s in %s", run_id, cfg.tracking_uri)
@@ -150,3 +160,88 @@ def close_parent_run(config: DictConfig, run_id: str, status: str) -> None:
         MlflowTracker(cfg.tracking_uri, cfg.mlflow.experiment_name).end_parent(run_id, status)
     except Exception as err:
         log.warning("could not end MLflow parent run %s: %s", run_id, err)
+
+
+def job_row(idx: int, ret: JobReturn, seconds: float):  # -> app.tracking.summary.JobRow
+    """The summary row of job `idx`: final metrics from its job dir, its MLflow run id."""
+    from app.tracking.summary import JobRow, read_result, read_run_id
+
+    job_dir = str(ret.hydra_cfg.hydra.runtime.output_dir) if ret.hydra_cfg else ""
+    ok = ret.status == JobStatus.COMPLETED
+    metrics = read_result(job_dir) if job_dir else {}
+    return JobRow(
+        label=str(idx),
+        overrides=[str(o) for o in ret.overrides or []],
+        status="FINISHED" if ok else "FAILED",
+        metrics=metrics,
+        time_s=seconds,
+        job_dir=job_dir,
+        run_id=read_run_id(job_dir) if job_dir else None,
+    )
+
+
+def report_sweep(
+    config: DictConfig,
+    sweep_dir: Path,
+    runs: list[JobReturn],
+    rows: list,
+    parent_run_id: str | None,
+) -> None:
+    """Print the sweep's table, write `<sweep_dir>/summary.md`, log it on the parent run.
+
+    Jobs without `result.json` (single-process ones) take their final metrics from their MLflow
+    run. A reporting problem is logged, never raised: the jobs themselves are done.
+    """
+    from app.fsutil import write_text_atomic
+    from app.tracking import summary
+
+    try:
+        cfg = _app_config(config)
+        client = _client(cfg) if cfg.mlflow.enabled else None
+        if client is not None:
+            for row in rows:
+                if row.run_id and not row.metrics:
+                    row.metrics = dict(client.get_run(row.run_id).data.metrics)
+        first = next((r.cfg for r in runs if r.cfg is not None), None)
+        monitor = summary.monitor_key(first if first is not None else cfg)
+        table = summary.format_table(rows, monitor)
+        best = summary.best_line(rows, monitor)
+        text = f"# sweep {sweep_dir}\n\nmonitor: {monitor} ({best})\n\n{table}"
+        write_text_atomic(sweep_dir / "summary.md", text)
+        lines = ["", f"sweep {sweep_dir}: {len(rows)} jobs", table.rstrip(), best]
+        lines.append(f"table: {sweep_dir / 'summary.md'}")
+        if client is not None and parent_run_id:
+            _log_to_parent(client, parent_run_id, rows, monitor, text)
+            exp = client.get_run(parent_run_id).info.experiment_id
+            lines.append(f"MLflow parent run {parent_run_id}")
+            lines.append(f"  {summary.run_url(parent_run_id, exp)}")
+            lines.append(f"charts: {summary.experiment_url(exp)}")
+            lines.append(f"open UI: {summary.ui_command(cfg.tracking_uri)}")
+        print("\n".join(lines), flush=True)
+    except Exception as err:
+        log.warning("could not report the sweep: %s", err)
+
+
+def _client(cfg):  # -> mlflow.tracking.MlflowClient
+    from app.tracking.mlflow import quiet_mlflow
+
+    quiet_mlflow()
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(cfg.tracking_uri)
+
+
+def _log_to_parent(client, run_id: str, rows: list, monitor: str, text: str) -> None:
+    """The table as `sweep_summary.md`, the best job as `best_*` params and metrics."""
+    from mlflow.entities import Metric, Param
+
+    from app.tracking.summary import best_params_metrics
+
+    params, metrics = best_params_metrics(rows, monitor)
+    now = int(time.time() * 1000)
+    client.log_batch(
+        run_id,
+        params=[Param(k, v[:6000]) for k, v in params.items()],
+        metrics=[Metric(k, v, now, 0) for k, v in metrics.items()],
+    )
+    client.log_text(run_id, text, "sweep_summary.md")

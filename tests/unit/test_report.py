@@ -1,0 +1,69 @@
+"""`python -m app report`: a sweep's and an experiment's table read back from a real store."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.config import Config
+from app.report import main as report
+from app.tracking.mlflow import MlflowTracker
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """A sweep dir with two jobs logged through the real tracker under one parent run."""
+    root = tmp_path_factory.mktemp("out")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    sweep_dir = root / "multirun" / "2026-01-01_00-00-00"
+    tracker = MlflowTracker(uri, "rep")
+    parent = tracker.start_parent("sweep", tags={"sweep_dir": str(sweep_dir)})
+    for job, (hidden, acc) in enumerate([(64, 0.6), (128, 0.75)]):
+        job_dir = sweep_dir / str(job)
+        (job_dir / ".hydra").mkdir(parents=True)
+        overrides = f"- +experiment=smoke\n- model.hidden_channels={hidden}\n"
+        (job_dir / ".hydra" / "overrides.yaml").write_text(overrides)
+        with tracker:
+            tracker.start(
+                Config(experiment="smoke"), parent_run_id=parent, tags={"job_dir": str(job_dir)}
+            )
+            for epoch in range(2):
+                tracker.log_metrics(
+                    {"loss": 1.0 - epoch / 4, "val_acc": acc - 0.1 + epoch / 10}, step=epoch
+                )
+    tracker.end_parent(parent)
+    return root, sweep_dir
+
+
+def test_sweep_dir_table(sweep, capsys):
+    root, sweep_dir = sweep
+    assert report([str(sweep_dir)]) == 0  # the store is found above the sweep dir
+    out = capsys.readouterr().out
+    assert out.startswith(f"# sweep {sweep_dir}\n")
+    assert "monitor: val_acc (best: job 1 (model.hidden_channels=128) val_acc=0.7500)" in out
+    lines = [line for line in out.splitlines() if line.startswith("| ")]
+    assert lines[0].startswith("| job | model.hidden_channels | status ")
+    assert lines[1].startswith("| 0   | 64 ") and lines[2].startswith("| 1   | 128 ")
+    assert lines[2].rstrip().endswith("*    |")
+
+
+def test_run_dir_and_experiment_csv(sweep, capsys):
+    root, sweep_dir = sweep
+    assert report([str(sweep_dir / "0"), "--format", "csv"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[0].startswith("job,status,val_acc,loss,time_s,best") and rows[1].startswith(
+        "0,FINISHED,0.6,0.75,"
+    )
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    assert report(["--experiment", "rep", "--tracking-uri", uri, "--format", "csv"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert len(rows) == 3 and rows[0].startswith("job,model.hidden_channels,status,val_acc")
+
+
+def test_bad_arguments_are_one_line(sweep, tmp_path, capsys):
+    root, _ = sweep
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    assert report([str(tmp_path), "--tracking-uri", uri]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "neither a run dir" in err
+    assert report(["--experiment", "nope", "--tracking-uri", uri]) == 2
+    assert "no experiment 'nope' in the store (it has: " in capsys.readouterr().err

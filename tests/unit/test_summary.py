@@ -1,0 +1,112 @@
+"""End-of-run summary and sweep tables, from runs made by the real tracker in a SQLite store."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.config import Config
+from app.tracking.mlflow import MlflowTracker
+from app.tracking.summary import (
+    JobRow,
+    best_index,
+    best_params_metrics,
+    differing_keys,
+    format_table,
+    monitor_key,
+    run_summary,
+)
+
+
+@pytest.fixture(scope="module")
+def uri(tmp_path_factory):
+    return f"sqlite:///{tmp_path_factory.mktemp('store') / 'mlflow.db'}"
+
+
+def test_run_summary_names_metrics_dir_run_and_ui(uri, tmp_path):
+    cfg = Config(experiment="smoke")
+    cfg.mlflow.tracking_uri = uri
+    with MlflowTracker(uri) as tr:
+        run_id = tr.start(cfg, tags={"job_dir": str(tmp_path)})
+    result = {"loss": 0.5, "val_acc": 0.81, "test_acc": 0.8, "epoch_time_s": 1.25}
+    (tmp_path / "result.json").write_text(json.dumps({**result, "seeds_per_s": 12345.6}))
+    text = run_summary(cfg, tmp_path, {"data_wait_frac": 0.25})
+    assert "val_acc=0.8100  test_acc=0.8000" in text and "loss=0.5000" in text
+    assert "last epoch 1.25 s, 12,346 seeds/s, data wait 25 %" in text
+    assert f"job dir:   {tmp_path}" in text
+    assert (
+        f"(#{run_id})" not in text and f"/#/experiments/{tr.experiment_id}/runs/{run_id}?" in text
+    )
+    assert f"/#/experiments/{tr.experiment_id}/runs?workflowType=machine_learning" in text
+    assert f"ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000" in text
+
+
+def _rows() -> list[JobRow]:
+    common = ["+experiment=smoke", "train.epochs=1"]
+    return [
+        JobRow(
+            "0",
+            [*common, "model.hidden_channels=64", "train.lr=0.01"],
+            metrics={"val_acc": 0.5, "loss": 1.0},
+            time_s=3.0,
+        ),
+        JobRow(
+            "1",
+            [*common, "model.hidden_channels=128", "train.lr=0.01"],
+            metrics={"val_acc": 0.7, "loss": 2.0},
+            time_s=4.0,
+        ),
+        JobRow("2", [*common, "model.hidden_channels=64", "train.lr=0.1"], status="FAILED"),
+    ]
+
+
+def test_table_shows_differing_overrides_and_marks_the_best():
+    rows = _rows()
+    assert differing_keys(rows) == ["model.hidden_channels", "train.lr"]
+    md = format_table(rows, "val_acc").splitlines()
+    assert md[0].split("|")[1:-1] == [
+        " job ",
+        " model.hidden_channels ",
+        " train.lr ",
+        " status   ",
+        " val_acc ",
+        " loss   ",
+        " time_s ",
+        " best ",
+    ]
+    assert "| 1   | 128 " in md[3] and md[3].rstrip().endswith("| *    |")
+    assert "FAILED" in md[4] and "| -       | -      |" in md[4]
+    csv = format_table(rows, "val_acc", "csv").splitlines()
+    assert csv[0] == "job,model.hidden_channels,train.lr,status,val_acc,loss,time_s,best"
+    assert csv[2] == "1,128,0.01,FINISHED,0.7,2.0,4.0,*"
+    assert best_index(rows, "loss") == 0  # losses are minimised
+
+
+def test_best_params_metrics_and_monitor_defaults():
+    params, metrics = best_params_metrics(_rows(), "val_acc")
+    assert params["best_job"] == "1" and "model.hidden_channels=128" in params["best_overrides"]
+    assert metrics == {"best_val_acc": 0.7, "best_loss": 2.0, "best_time_s": 4.0}
+    cfg = Config()
+    assert monitor_key(cfg) == "val_acc"
+    cfg.train.objective = "link"
+    assert monitor_key(cfg) == "val_auc"
+    cfg.train.monitor = "test_mrr"
+    assert monitor_key(cfg) == "test_mrr"
+
+
+def test_startup_phases_logged_on_the_run(uri):
+    import time
+
+    from app.tracking.progress import phase, phases_line
+
+    with phase("dataset"):
+        time.sleep(0.15)
+    assert "dataset 0.1 s" in phases_line() or "dataset 0.2 s" in phases_line()
+    with MlflowTracker(uri) as tr:
+        run_id = tr.start(None)
+    from mlflow.tracking import MlflowClient
+
+    run = MlflowClient(uri).get_run(run_id)
+    assert run.data.metrics["startup_s"] >= 0
+    assert {"startup.dataset_s", "startup.mlflow_store_s"} <= set(run.data.params)
