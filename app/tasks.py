@@ -44,11 +44,9 @@ def run_task(cfg: Config) -> float | None:
         from app.launch import run_job
 
         result = run_job(cfg, job_dir(), parent_run_id=parent)
-    # -- issue 15: the end-of-run summary (metrics, job dir, MLflow run, UI command) --
     from app.tracking.summary import print_run_summary
 
-    print_run_summary(cfg, job_dir(), result)
-    # --
+    print_run_summary(cfg, job_dir(), result)  # metrics, job dir, MLflow run, UI command
     return result.get("test_acc")
 
 

@@ -75,7 +75,7 @@ class LocalFeatureStore(FeatureStore):
     @classmethod
     def from_partition(cls, root: str | Path, pid: int) -> LocalFeatureStore:
         """Load part `pid`'s features (memory-mapped, no copies)."""
-        return cls.from_partition_data(load_partition(root, pid, verify=False))
+        return cls.from_partition_data(load_partition(root, pid))
 
     @classmethod
     def from_partition_data(cls, part: PartitionData) -> LocalFeatureStore:

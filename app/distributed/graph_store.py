@@ -60,7 +60,7 @@ class LocalGraphStore(GraphStore):
     @classmethod
     def from_partition(cls, root: str | Path, pid: int) -> LocalGraphStore:
         """Load part `pid` of the partition at `root` (memory-mapped, no copies)."""
-        return cls.from_partition_data(load_partition(root, pid, verify=False))
+        return cls.from_partition_data(load_partition(root, pid))
 
     @classmethod
     def from_partition_data(cls, part: PartitionData) -> LocalGraphStore:

@@ -114,7 +114,7 @@ def load_stores(root: str, pid: int) -> tuple[LocalFeatureStore, LocalGraphStore
     """Both stores of part `pid`, sharing one (memory-mapped) load of the partition files."""
     from app.partition.reader import load_partition
 
-    part = load_partition(root, pid, verify=False)
+    part = load_partition(root, pid)
     return LocalFeatureStore.from_partition_data(part), LocalGraphStore.from_partition_data(part)
 
 

@@ -28,6 +28,7 @@ from app.launch.precheck import (
     verify_for_job,
 )
 from app.launch.spawn import JobFailed, die_with_parent, run_procs
+from app.tracking.progress import phase
 
 __all__ = ["JobFailed", "PARENT_RUN_ENV", "run_job"]
 
@@ -106,9 +107,10 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
     check_supported(cfg)
     ports = plan_ports(cfg, os.environ)  # also checks the env / ssh cluster description
     check_partition_root(cfg)
-    with disk_full_as_one_line(partitions_dir(cfg)):
+    with phase("partition"), disk_full_as_one_line(partitions_dir(cfg)):
         partition_root = prepare_partition(cfg)
-    verify_for_job(cfg, partition_root)  # before any child: a corrupt file is one line
+    with phase("verify partition"):
+        verify_for_job(cfg, partition_root)  # before any child: a corrupt file is one line
     plan = plan_job(cfg, job_dir, partition_root, ports, extra_env=extra)
     check_ports_free(cfg, plan)
     if isinstance(plan, EnvPlan):

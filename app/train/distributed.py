@@ -36,13 +36,13 @@ from app.task.partitioned import PartitionSource
 from app.task.registry import build_task
 from app.task.source import resolve_device
 from app.tracking.mlflow import make_tracker
+from app.tracking.progress import phase
 from app.train.loop import FitOptions, fit
 
 log = logging.getLogger("distgnn.train")
 
 PARENT_RUN_ENV = "DISTGNN_MLFLOW_PARENT_RUN_ID"
 RESULT_FILE = "result.json"
-RUN_ID_FILE = "mlflow_run_id"
 COLLECTIVE_TIMEOUT_S = 1800.0
 
 
@@ -96,30 +96,20 @@ def _start_tracking(session: Session, part: Any) -> None:
     """Rank 0: open the job's MLflow run, log partition stats and the job's config files."""
     rt, cfg = session.runtime, session.cfg
     session.tracker = tracker = make_tracker(cfg, rt.rank)
-    run_id = tracker.start(
+    run_id = tracker.start(  # also writes <job_dir>/mlflow_run_id for the launcher
         cfg,
-        run_name=cfg.mlflow.run_name or f"{cfg.experiment or 'job'}-{Path(rt.job_dir).name}",
+        run_name=cfg.mlflow.run_name,  # None: a readable unique name from the overrides
         parent_run_id=os.environ.get(PARENT_RUN_ENV) or None,
         tags={"job_dir": rt.job_dir, "num_nodes": str(rt.num_nodes), "launcher": "distgnn"},
     )
     if run_id is None:
         return
     job_dir = Path(rt.job_dir)
-    write_text_atomic(job_dir / RUN_ID_FILE, run_id)
-    tracker.log_metrics(partition_metrics(part.meta.get("stats", {})))
+    tracker.log_partition_stats(part.meta.get("stats", {}))
     tracker.log_artifact(rt.config_path)
     overrides = job_dir / ".hydra" / "overrides.yaml"
     if overrides.exists():
         tracker.log_artifact(overrides)
-
-
-def partition_metrics(stats: dict[str, Any]) -> dict[str, float]:
-    """META.json stats as flat metrics: `partition.edge_cut`, `partition.part0.halo`, ..."""
-    out = {f"partition.{k}": v for k, v in stats.items() if isinstance(v, int | float)}
-    for row in stats.get("parts", []):
-        p = row.get("part")
-        out.update({f"partition.part{p}.{k}": v for k, v in row.items() if k != "part"})
-    return out
 
 
 def _log_shares(runtime: Runtime, loaders: dict[str, Any]) -> None:
@@ -139,9 +129,12 @@ def train_distributed(runtime: Runtime, cfg: Config) -> dict[str, float]:
     task = None
     try:
         tune_process("trainer")  # torch / numba threads: this trainer's share of the node's cores
-        init_process_group(runtime, cfg)
-        session.source = source = PartitionSource(runtime, cfg)
-        task = build_task(cfg, source)
+        with phase("process group"):
+            init_process_group(runtime, cfg)
+        with phase("load partition"):
+            session.source = source = PartitionSource(runtime, cfg)
+        with phase("build task (RPC join)"):
+            task = build_task(cfg, source)
         _log_shares(runtime, task.loaders)
         _start_tracking(session, source.part)
         metrics = fit(

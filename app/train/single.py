@@ -15,6 +15,7 @@ import torch
 
 from app.config import Config
 from app.tracking.mlflow import Tracker, make_tracker
+from app.tracking.progress import phase
 from app.train.loop import FitOptions, fit
 
 log = logging.getLogger("distgnn.train")
@@ -49,7 +50,8 @@ def train_single(
         tags = {"job_dir": str(job_dir or ""), "launcher": "single"}
         tracker.start(cfg, parent_run_id=parent_run_id, tags=tags)
     try:
-        data = load_dataset(cfg.dataset, cfg.seed)
+        with phase("dataset"):
+            data = load_dataset(cfg.dataset, cfg.seed)
         seed_everything(cfg.seed)  # same init whether or not the dataset came from the cache
         task = build_task(cfg, LocalSource(cfg, data))
         opts = FitOptions.from_config(cfg.train, str(job_dir) if job_dir is not None else None)
