@@ -404,6 +404,12 @@ def validate(cfg: Config) -> Config:
     _require(
         cfg.loader.num_workers >= 0, "loader.num_workers", cfg.loader.num_workers, "must be >= 0"
     )
+    _require(
+        cfg.sampler.feature_cache_size >= 0,
+        "sampler.feature_cache_size",
+        cfg.sampler.feature_cache_size,
+        "must be >= 0 (rows of halo features cached per node; 0 turns the cache off)",
+    )
     _check_partition(cfg)
     _require(
         0 < cfg.dataset.train_frac and cfg.dataset.train_frac + cfg.dataset.val_frac < 1,
