@@ -1,4 +1,5 @@
-"""File-system helpers shared by every stage: an inter-process lock and atomic writes.
+"""File-system helpers shared by every stage: an inter-process lock, atomic writes, and
+`pid_alive`, which tells whether the process that left a file behind still runs.
 
 Atomic: a reader sees the old file or the complete new one, never a half-written file, because
 the data goes to a unique temp file in the same directory and is renamed over the target.
@@ -73,3 +74,18 @@ def torch_save_atomic(obj: Any, path: Path) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, killed but not yet reaped, counts as dead)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no procfs: trust the signal probe
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

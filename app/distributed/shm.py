@@ -36,6 +36,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from app.fsutil import pid_alive
+
 SHM_DIR = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
 PREFIX = "distgnn-"
 _GROW = 1 << 20  # slot files grow in whole MiB, with 25 % headroom
@@ -192,20 +194,5 @@ def remove_orphans() -> None:
     slots of this process's own rings (called by a trainer leaving after a failure)."""
     for path in SHM_DIR.glob(f"{PREFIX}*-*"):
         writer, _, slot = path.name[len(PREFIX) :].partition("-")
-        if slot.startswith(f"{os.getpid()}r") or (writer.isdigit() and not _alive(int(writer))):
+        if slot.startswith(f"{os.getpid()}r") or (writer.isdigit() and not pid_alive(int(writer))):
             path.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    """Whether process `pid` runs (a zombie, killed but not yet reaped, counts as dead)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True  # no procfs: trust the signal probe
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"

@@ -75,6 +75,7 @@ from torch import Tensor
 from torch_geometric.data import HeteroData
 from tqdm import tqdm
 
+from app.fsutil import pid_alive
 from app.partition.assign import assign_nodes
 from app.partition.reader import (
     FORMAT_VERSION,
@@ -325,22 +326,12 @@ def _clean_stale_tmp(root: Path) -> None:
     """Remove tmp folders of interrupted runs (their writer process is gone)."""
     for tmp in root.parent.glob(f"{root.name}.tmp-*"):
         pid = tmp.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and pid_alive(int(pid)):
             raise PartitionError(
                 f"{tmp}: another partitioner (pid {pid}) is writing {root}; wait for it to finish"
             )
         log.warning("removing interrupted partition folder %s", tmp)
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def find_existing(root: Path, fingerprint: str, overwrite: bool) -> PartitionMeta | None:
