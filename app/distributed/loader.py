@@ -302,15 +302,17 @@ class DistLinkNeighborLoader(DistLoader):
     """Batches of edges (+ negatives) → subgraphs with `edge_label_index`/`edge_label` (binary)
     or `src_index`/`dst_pos_index`/`dst_neg_index` (triplet), as PyG's LinkNeighborLoader.
 
-    Negatives are drawn in the trainer (uniform over all nodes, seeded per batch), so every
-    sampler process sees complete, reproducible batches. Homogeneous graphs only.
+    `edge_label_index`: `[2, E]` global ids (homogeneous), or `(edge_type, [2, E])` on a
+    heterogeneous graph (the link fields then sit on the edge / end types, as locally).
+    Negatives are drawn in the trainer (uniform over the end's node type, seeded per batch), so
+    every sampler process sees complete, reproducible batches.
     """
 
     def __init__(
         self,
         data: Stores | str | Path,
         num_neighbors: Any,
-        edge_label_index: Tensor | None = None,
+        edge_label_index: Tensor | tuple[Any, Tensor] | None = None,
         edge_label: Tensor | None = None,
         neg_sampling: str | NegativeSampling | None = None,
         neg_sampling_ratio: float | None = None,
@@ -322,11 +324,8 @@ class DistLinkNeighborLoader(DistLoader):
                 "temporally; set sampler.time_attr=null for link prediction"
             )
         super().__init__(data, num_neighbors, **kwargs)
-        if self.graph_store.is_hetero:
-            raise ValueError("DistLinkNeighborLoader supports homogeneous graphs only")
-        if edge_label_index is None:
-            raise ValueError("edge_label_index ([2, E] global node ids) is required")
-        self.edge_label_index = torch.as_tensor(edge_label_index, dtype=torch.int64)
+        self.edge_type, edges = self._links(edge_label_index)
+        self.edge_label_index = torch.as_tensor(edges, dtype=torch.int64)
         self.edge_label = edge_label
         if isinstance(neg_sampling, NegativeSampling):
             neg_sampling, neg_sampling_ratio = neg_sampling.mode.value, neg_sampling.amount
@@ -336,29 +335,52 @@ class DistLinkNeighborLoader(DistLoader):
         self.ratio = 0.0 if neg_sampling is None else float(neg_sampling_ratio or 1.0)
         if self.mode == "triplet" and self.ratio != int(self.ratio):
             raise ValueError(f"neg_sampling_ratio={self.ratio}: triplet mode needs an integer")
-        self.num_nodes = self.graph_store.num_nodes()
+        et = self.edge_type
+        self.num_src = self.graph_store.num_nodes(None if et is None else et[0])
+        self.num_dst = self.graph_store.num_nodes(None if et is None else et[-1])
+
+    def _links(self, edge_label_index: Any) -> tuple[tuple[str, str, str] | None, Any]:
+        """(edge type or None, [2, E] links) from PyG's forms; refuses a mismatch with the graph."""
+        hetero = self.graph_store.is_hetero
+        if isinstance(edge_label_index, tuple) and len(edge_label_index) == 2:
+            edge_type, edges = tuple(edge_label_index[0]), edge_label_index[1]
+        else:
+            edge_type, edges = None, edge_label_index
+        if edges is None:
+            raise ValueError("edge_label_index is required: [2, E] global ids, or (edge_type, ids)")
+        if hetero and edge_type not in self.graph_store.edge_types:
+            raise ValueError(
+                f"heterogeneous graph: pass edge_label_index=(edge_type, [2, E] ids) with one "
+                f"of {self.graph_store.edge_types} (got edge type {edge_type})"
+            )
+        if not hetero and edge_type is not None:
+            raise ValueError(f"edge type {edge_type} given for a homogeneous graph: pass [2, E]")
+        return edge_type, edges
 
     def _num_inputs(self) -> int:
         return self.edge_label_index.size(1)
 
-    def make_batch(self, index: Tensor, seed: int) -> dict[str, Tensor]:
+    def make_batch(self, index: Tensor, seed: int) -> dict[str, Any]:
         """Positives of `index` plus seeded uniform negatives, as sent to a sampler."""
         src, dst = self.edge_label_index[:, index]
         gen = torch.Generator().manual_seed(seed & 0x7FFFFFFFFFFF)
         n = index.numel()
-        batch = {"input_id": index}
+        batch: dict[str, Any] = {"input_id": index}
+        if self.edge_type is not None:
+            batch["edge_type"] = self.edge_type
         if self.mode == "triplet":
             r = int(self.ratio)
             batch.update(
-                src=src, dst=dst, dst_neg=torch.randint(self.num_nodes, (n, r), generator=gen)
+                src=src, dst=dst, dst_neg=torch.randint(self.num_dst, (n, r), generator=gen)
             )
             return batch
         label = torch.ones(n) if self.edge_label is None else self.edge_label[index]
         k = round(self.ratio * n)
-        neg = torch.randint(self.num_nodes, (2, k), generator=gen)
+        neg_src = torch.randint(self.num_src, (k,), generator=gen)
+        neg_dst = torch.randint(self.num_dst, (k,), generator=gen)
         batch.update(
-            src=torch.cat([src, neg[0]]),
-            dst=torch.cat([dst, neg[1]]),
+            src=torch.cat([src, neg_src]),
+            dst=torch.cat([dst, neg_dst]),
             edge_label=torch.cat([label, label.new_zeros(k)]),
         )
         return batch

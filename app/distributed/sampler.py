@@ -217,24 +217,33 @@ class DistNeighborSampler:
 
     def sample_from_nodes(
         self,
-        seeds: Tensor,
+        seeds: Tensor | dict[str, Tensor],
         input_type: str | None = None,
         seed: int = 0,
         seed_time: Tensor | None = None,
     ) -> SamplerOutput | HeteroSamplerOutput:
         """Sample the multi-hop neighbourhood of global `seeds` (PyG's output types).
 
-        `seed` seeds the kernel exactly like the single-machine sampler (`hop_seed(seed, hop)`
-        per hop, a stream per node), so both draw the same sample from the same graph.
-        `seed_time` (temporal sampling only, one per seed): no neighbour later than it is drawn.
+        `seeds`: ids of `input_type`, or {node type: ids} (hetero link batches seed both end
+        types; not temporal). `seed` seeds the kernel exactly like the single-machine sampler
+        (`hop_seed(seed, hop)` per hop, a stream per node), so both draw the same sample from
+        the same graph. `seed_time` (temporal sampling only, one per seed): no neighbour later
+        than it is drawn.
         """
-        times = self._seed_times(seeds, seed_time)
+        if isinstance(seeds, dict):
+            if self.temporal:
+                raise ValueError("temporal sampling takes seeds of one node type (input_type)")
+            times = None
+        else:
+            times = self._seed_times(seeds, seed_time)
+            seeds = {input_type: seeds}
         gs = self.graph_store
         etypes = gs.edge_types if gs.is_hetero else [None]
         ntypes = list(gs.meta["node_types"]) if gs.is_hetero else [None]
         rels = {t: self._relabeler(t) for t in ntypes}
         try:
-            out = self._grow(seeds.numpy(), input_type, seed, etypes, ntypes, rels, times)
+            seeds = {t: s.numpy() for t, s in seeds.items()}
+            out = self._grow(seeds, seed, etypes, ntypes, rels, times)
             nodes = {t: rels[t].nodes.copy() for t in ntypes}
             batch = {t: rels[t].batch.copy() for t in ntypes} if self.disjoint else None
         finally:
@@ -270,18 +279,25 @@ class DistNeighborSampler:
             )
         return times
 
-    def _grow(self, seeds, input_type, seed, etypes, ntypes, rels, times=None) -> tuple:
+    def _grow(self, seeds, seed, etypes, ntypes, rels, times=None) -> tuple:
         """Hop loop: sample, relabel, record edges; the next frontier is each hop's new nodes.
 
-        Temporal (`times`: per seed): a frontier entry's time is its tree's (seed's) time.
+        `seeds`: {node type: global ids}; disjoint tree ids count seeds across types in dict
+        order, as the local sampler does. Temporal (`times`: per seed): a frontier entry's time
+        is its tree's (seed's) time.
         """
         src_t = {et: et[0] if et else None for et in etypes}
         dst_t = {et: et[2] if et else None for et in etypes}
         empty = np.empty(0, np.int64)
-        first = rels[input_type].fill(seeds)
         front = {t: (empty, empty, empty) for t in ntypes}  # (global ids, local ids, tree ids)
-        trees = np.arange(seeds.size) if self.disjoint else empty
-        front[input_type] = (seeds, first, trees)
+        offset = 0
+        for t, ids in seeds.items():
+            if self.disjoint:
+                trees = np.arange(offset, offset + ids.size, dtype=np.int64)
+                front[t] = (ids, rels[t].add(ids, trees), trees)
+            else:
+                front[t] = (ids, rels[t].fill(ids), empty)
+            offset += ids.size
         rows, cols, eids = ({et: [] for et in etypes} for _ in range(3))
         nsn = {t: [int(front[t][0].size)] for t in ntypes}
         nse = {et: [] for et in etypes}
@@ -337,31 +353,43 @@ class DistNeighborSampler:
         return self._collate(out, input_type, False, alloc)
 
     def sample_edges(
-        self, batch: dict[str, Tensor], mode: str, seed: int = 0, alloc: Any = None
-    ) -> Data:
+        self, batch: dict[str, Any], mode: str, seed: int = 0, alloc: Any = None
+    ) -> Data | HeteroData:
         """Link batch → subgraph around every endpoint, with PyG's link-loader fields.
 
-        `batch`: `src`, `dst` (positives, then binary negatives), `input_id`, and `edge_label`
-        (binary) or `dst_neg` ([B, r], triplet). Endpoints are de-duplicated (sorted) into seeds.
+        `batch`: `src`, `dst` (positives, then binary negatives), `input_id`, `edge_label`
+        (binary) or `dst_neg` ([B, r], triplet), and `edge_type` (hetero). Endpoints are
+        de-duplicated (sorted) into seeds as the local sampler does: one seed set when both ends
+        share a node type, else {source type: sources, destination type: destinations}, so the
+        batch equals the local loader's for the same links and seed.
         """
         if self.temporal:
             raise ValueError(
                 "temporal link sampling is not supported by the distributed sampler; "
                 "set sampler.time_attr=null for link prediction"
             )
-        src, dst = batch["src"], batch["dst"]
-        ends = [src, dst] + ([batch["dst_neg"].reshape(-1)] if mode == "triplet" else [])
-        seeds, inverse = torch.unique(torch.cat(ends), return_inverse=True)
-        out = self.sample_from_nodes(seeds, None, seed)
-        n = src.numel()
+        edge_type = batch.get("edge_type")
+        src_t, dst_t = (None, None) if edge_type is None else (edge_type[0], edge_type[-1])
+        src, dst, n = batch["src"], batch["dst"], batch["src"].numel()
+        if mode == "triplet":
+            dst = torch.cat([dst, batch["dst_neg"].reshape(-1)])
+        if src_t == dst_t:
+            seeds, inverse = torch.unique(torch.cat([src, dst]), return_inverse=True)
+            out = self.sample_from_nodes(seeds, src_t, seed)
+            inv_src, inv_dst = inverse[:n], inverse[n:]
+        else:
+            src, inv_src = torch.unique(src, return_inverse=True)
+            dst, inv_dst = torch.unique(dst, return_inverse=True)
+            out = self.sample_from_nodes({src_t: src, dst_t: dst}, None, seed)
         if mode == "triplet":
             r = batch["dst_neg"].size(1)
-            neg = inverse[2 * n :].view(n, r)
+            neg = inv_dst[n:].view(n, r)
             neg = neg.view(-1) if r == 1 else neg
-            out.metadata = (batch["input_id"], inverse[:n], inverse[n : 2 * n], neg, None)
+            out.metadata = (batch["input_id"], inv_src, inv_dst[:n], neg, None)
         else:
-            out.metadata = (batch["input_id"], inverse.view(2, n), batch["edge_label"], None)
-        return self._collate(out, None, mode, alloc)
+            index = torch.stack([inv_src, inv_dst])
+            out.metadata = (batch["input_id"], index, batch["edge_label"], None)
+        return self._collate(out, edge_type, mode, alloc)
 
     def _collate(self, out: Any, input_type: Any, link: Any, alloc: Any) -> Data | HeteroData:
         """Gather node attributes (local + remote) and build the batch with the local loader's

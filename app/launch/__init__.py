@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from app.config import Config, ConfigError, save_config
+from app.config import Config, save_config
 from app.fsutil import file_lock
 from app.launch.plan import EnvPlan, ProcessPlan, plan_job, plan_ports
 from app.launch.precheck import (
@@ -70,23 +70,6 @@ def partitions_dir(cfg: Config) -> Path:
     return Path(cfg.partition.root or Path(cfg.output_dir) / "partitions")
 
 
-HETERO_DATASETS = ("synthetic_mag", "ogbn_mag")
-
-
-def check_supported(cfg: Config) -> None:
-    """Fail before partitioning for jobs we do not distribute: link prediction on hetero graphs.
-
-    The task code runs them (`app.task.link`); the distributed link loader samples homogeneous
-    graphs only (`DistLinkNeighborLoader`, `DistNeighborSampler.sample_edges`).
-    """
-    if cfg.train.objective == "link" and cfg.dataset.name in HETERO_DATASETS:
-        raise ConfigError(
-            f"dataset.name={cfg.dataset.name!r} is heterogeneous: the distributed link loader "
-            "samples homogeneous graphs only; run it with cluster.num_nodes=1, or use "
-            "dataset=synthetic_products / ogbn_products"
-        )
-
-
 def _echo_names(plan: ProcessPlan) -> list[str]:
     """Console echo: this machine's first trainer (rank 0 in local/ssh mode)."""
     return [p.name for p in plan.procs if p.role == "trainer"][:1]
@@ -104,7 +87,6 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
     for stale in (RESULT_FILE, RUN_ID_FILE):
         (job_dir / stale).unlink(missing_ok=True)
     extra = {PARENT_RUN_ENV: parent_run_id} if parent_run_id else {}
-    check_supported(cfg)
     ports = plan_ports(cfg, os.environ)  # also checks the env / ssh cluster description
     check_partition_root(cfg)
     with phase("partition"), disk_full_as_one_line(partitions_dir(cfg)):

@@ -8,7 +8,10 @@
 * Decoders: `dot` (inner product) or `mlp` (two layers over the Hadamard product).
 
 Both predictors' `forward(batch)` returns `(z_src, z_dst)`, the embeddings the batch's labelled
-pairs index, so a DDP wrapper runs the encoder and `score` runs on the bare module.
+pairs index; `forward(batch, pairs)` also scores `pairs` (row indices into z_src, z_dst), so a
+DDP wrapper sees the decoder's weights in its graph (a hetero model's DDP looks for unused
+weights, and a decoder run outside `forward` would be counted twice). `score` runs on the bare
+module (evaluation).
 """
 
 from __future__ import annotations
@@ -51,6 +54,16 @@ class Decoder(nn.Module):
         return self.mlp(z_src * z_dst).squeeze(-1)
 
 
+Pairs = tuple[Tensor, Tensor]  # (rows of z_src, rows of z_dst), any equal shapes
+
+
+def _with_scores(model: nn.Module, z_src: Tensor, z_dst: Tensor, pairs: Pairs | None) -> tuple:
+    """(z_src, z_dst), plus the scores of `pairs` when given."""
+    if pairs is None:
+        return z_src, z_dst
+    return z_src, z_dst, model.score(z_src[pairs[0]], z_dst[pairs[1]])
+
+
 def _hop_counts(batch: Data) -> tuple[list[int] | None, list[int] | None]:
     nodes = getattr(batch, "num_sampled_nodes", None)
     edges = getattr(batch, "num_sampled_edges", None)
@@ -67,10 +80,10 @@ class LinkPredictor(nn.Module):
         self.encoder, self.decoder = encoder, decoder
         self.edge_type = None
 
-    def forward(self, batch: Data) -> tuple[Tensor, Tensor]:
+    def forward(self, batch: Data, pairs: Pairs | None = None) -> tuple[Tensor, ...]:
         nodes, edges = _hop_counts(batch)
         z = self.encoder(batch.x, batch.edge_index, nodes, edges)
-        return z, z
+        return _with_scores(self, z, z, pairs)
 
     def embed(self, batch: Data) -> tuple[Tensor, Tensor]:
         """(source-side, destination-side) embeddings of a batch: the same table here."""
@@ -94,10 +107,10 @@ class HeteroLinkPredictor(nn.Module):
         self.__dict__["embeddings"] = embeddings
         self.edge_type = tuple(edge_type)
 
-    def forward(self, batch: HeteroData) -> tuple[Tensor, Tensor]:
+    def forward(self, batch: HeteroData, pairs: Pairs | None = None) -> tuple[Tensor, ...]:
         x_dict, nodes, edges = hetero_inputs(batch, self.embeddings)
         z = self.gnn(x_dict, batch.edge_index_dict, nodes, edges)
-        return z[self.edge_type[0]], z[self.edge_type[-1]]
+        return _with_scores(self, z[self.edge_type[0]], z[self.edge_type[-1]], pairs)
 
     def embed(self, batch: HeteroData) -> tuple[Tensor, Tensor]:
         return self(batch)

@@ -54,30 +54,28 @@ class LinkTask(Task):
 def link_step(model: nn.Module, batch: Any) -> StepResult:
     """BCE on a batch's scored pairs: binary (`edge_label`) or triplet (`dst_neg_index`) layout.
 
-    `model` is a link predictor or its DDP wrapper: its forward gives the embeddings, the bare
-    module's `score` the pair scores.
+    `model` is a link predictor or its DDP wrapper; the pairs are scored inside its forward, so
+    DDP counts the decoder's weights once (see `app.model.link`).
     """
     bare = getattr(model, "module", model)
-    z_src, z_dst = model(batch)
     src_store, dst_store, edge_store = _stores(batch, bare.edge_type)
     edges = _num_edges(batch)
     if "src_index" in src_store:
-        return _triplet(bare, z_src, z_dst, src_store, dst_store, edges)
+        src = src_store.src_index
+        neg_index = dst_store.dst_neg_index.view(src.numel(), -1)
+        dst = torch.cat([dst_store.dst_pos_index.unsqueeze(1), neg_index], dim=1)
+        _, _, scores = model(batch, (src.unsqueeze(1).expand_as(dst), dst))
+        return _triplet(scores[:, 0], scores[:, 1:], edges)
     eli, label = edge_store.edge_label_index, edge_store.edge_label.float()
-    scores = bare.score(z_src[eli[0]], z_dst[eli[1]])
+    _, _, scores = model(batch, (eli[0], eli[1]))
     loss = F.binary_cross_entropy_with_logits(scores, label)
     correct = float(((scores > 0).float() == label).sum())
     return StepResult(loss, correct, label.numel(), edges, scores.detach(), label.detach())
 
 
-def _triplet(
-    bare: nn.Module, z_src: Tensor, z_dst: Tensor, src_store: Any, dst_store: Any, edges: int
-) -> StepResult:
-    """BCE on positives vs. their negatives; AUC over the first negative, MRR over all."""
-    src = src_store.src_index
-    pos = bare.score(z_src[src], z_dst[dst_store.dst_pos_index])
-    neg_index = dst_store.dst_neg_index.view(src.numel(), -1)
-    neg = bare.score(z_src[src].unsqueeze(1).expand(-1, neg_index.size(1), -1), z_dst[neg_index])
+def _triplet(pos: Tensor, neg: Tensor, edges: int) -> StepResult:
+    """BCE on positives vs. their negatives ([B], [B, r] scores); AUC over the first negative,
+    MRR over all."""
     ones, zeros = torch.ones_like(pos), torch.zeros_like(neg)
     loss = F.binary_cross_entropy_with_logits(
         torch.cat([pos, neg.reshape(-1)]), torch.cat([ones, zeros.reshape(-1)])
@@ -86,7 +84,7 @@ def _triplet(
     correct = float((neg < pos[:, None]).all(dim=1).sum())
     scores = torch.cat([pos, neg[:, 0]]).detach()
     labels = torch.cat([ones, zeros[:, 0]]).long()
-    return StepResult(loss, correct, src.numel(), edges, scores, labels, rr.detach())
+    return StepResult(loss, correct, pos.numel(), edges, scores, labels, rr.detach())
 
 
 def _stores(batch: Any, edge_type: Any) -> tuple[Any, Any, Any]:

@@ -1,8 +1,8 @@
 """`PartitionSource`: this trainer's partition; other partitions are reached over RPC.
 
 Seeds: the node's seeds cut into contiguous shares across its trainers. Link positives: train
-= the edges stored in this part (every edge lives with its destination's owner) cut across the
-node's trainers; val / test = the held-out edges (`link_split.pt`) cut across all trainers.
+= the edges stored in this part (every edge lives with its destination's owner; heterogeneous:
+those of `HETERO_LINK_TYPE`) cut across the node's trainers; val / test = the held-out edges (`link_split.pt`) cut across all trainers.
 The class count is the largest label over every partition (all-reduced), so every rank builds
 the same model. The first loader joins the job's RPC group.
 """
@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from app.config import Config, ConfigError
+from app.config import Config
 from app.distributed.context import DistContext
 from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.graph_store import LocalGraphStore
@@ -88,13 +88,8 @@ class PartitionSource(GraphSource):
     def link_edges(self, split: str) -> tuple[EdgeType | None, Tensor]:
         rt = self.runtime
         edge_type = HETERO_LINK_TYPE if self.part.is_hetero else None
-        if edge_type is not None:
-            raise ConfigError(
-                "train.objective=link on a heterogeneous graph: DistLinkNeighborLoader samples "
-                "homogeneous graphs only; run it with cluster.num_nodes=1"
-            )
         if split == "train":
-            g = self.part.graph
+            g = self.part.graph if edge_type is None else self.part.graph[edge_type]
             local = torch.stack([g["row"], g["col"]])
             return edge_type, local.tensor_split(rt.procs_per_node, dim=1)[rt.local_rank]
         held = load_held_out(self.part.root)[split]
@@ -141,7 +136,7 @@ class PartitionSource(GraphSource):
 
         loader = DistLinkNeighborLoader(
             self.stores,
-            edge_label_index=edges,
+            edge_label_index=edges if edge_type is None else (edge_type, edges),
             neg_sampling=mode,
             neg_sampling_ratio=ratio,
             **self._common(split),

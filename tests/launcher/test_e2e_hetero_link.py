@@ -109,18 +109,6 @@ def _check_held_out_edges_not_partitioned(shared: Path) -> None:
         assert not torch.isin(held_keys, keys).any()
 
 
-def test_link_on_hetero_dataset_fails_early(shared, tmp_path):
-    proc = run_app(
-        "+experiment=products_link",
-        *_common(shared, tmp_path),
-        "dataset=synthetic_mag",
-        timeout=60,
-    )
-    assert proc.returncode != 0
-    assert "distributed link loader samples homogeneous graphs only" in proc.stderr + proc.stdout
-    assert not (tmp_path / "run" / "logs").exists()  # rejected before any child started
-
-
 def _rows_equal(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (a == b).all(dim=1)
 
