@@ -2,7 +2,8 @@
 
 Seeds: the node's seeds cut into contiguous shares across its trainers. Link positives: train
 = the edges stored in this part (every edge lives with its destination's owner; heterogeneous:
-those of `HETERO_LINK_TYPE`) cut across the node's trainers; val / test = the held-out edges (`link_split.pt`) cut across all trainers.
+those of `HETERO_LINK_TYPE`) cut across the node's trainers; val / test = the held-out edges
+(`link_split.pt`) cut across all trainers.
 The class count is the largest label over every partition (all-reduced), so every rank builds
 the same model. The first loader joins the job's RPC group.
 """
