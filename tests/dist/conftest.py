@@ -18,7 +18,7 @@ import torch
 from torch_geometric.data import Data
 
 from app.partition.assign import random_assign
-from app.partition.reader import csc_pointer, halo_of, type_str
+from app.partition.reader import csc_pointer, file_checksum, halo_of, type_str
 from app.partition.writer import partition_graph
 from app.sampler.csc import to_csc
 
@@ -105,6 +105,10 @@ def write_hetero(root: Path, graph: dict, num_parts: int) -> dict:
             feats[t] = {"global_id": owned, "feats": f}
         _save(feats, root / f"part_{p}" / "node_feats.pt")
         _save({"train": feats["paper"]["global_id"]}, root / f"part_{p}" / "seeds.pt")
+        _save({}, root / f"part_{p}" / "edge_feats.pt")  # no edge features (the writer's layout)
+    # every file's checksum, as the writer records them: loading verifies them
+    files = sorted(f for f in root.rglob("*.pt") if f.is_file())
+    meta["checksums"] = {str(f.relative_to(root)): file_checksum(f) for f in files}
     (root / "META.json").write_text(json.dumps(meta))
     return maps
 
