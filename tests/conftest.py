@@ -23,6 +23,17 @@ def compose():
     return lambda *overrides: compose_config(list(overrides))
 
 
+def default_sigint() -> None:
+    """`preexec_fn` for launchers a test interrupts: Ctrl-C as a terminal delivers it.
+
+    A shell's background job (`cmd &`, as CI runners may start the suite) inherits SIGINT
+    ignored, and Python keeps an inherited ignore: the launcher would never see the signal.
+    """
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_app(*args: str, timeout: float = 60, env: dict | None = None, cwd: Path = REPO):
     """Run `python -m app ARGS` as a real process; returns the CompletedProcess."""
     import subprocess

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import REPO, run_app
+from tests.conftest import REPO, default_sigint, run_app
 
 pytestmark = pytest.mark.dist
 
@@ -152,6 +152,7 @@ def _start_long_job(shared: Path, tmp_path: Path, *extra: str) -> tuple[subproce
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint,
     )
     deadline = time.monotonic() + 90
     while not (job / "mlflow_run_id").exists():  # rank 0 is past RPC init

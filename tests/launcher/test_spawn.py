@@ -16,6 +16,7 @@ import pytest
 from app.launch.plan import ProcSpec
 from app.launch.spawn import JobFailed, run_procs
 from app.runtime import Runtime
+from tests.conftest import default_sigint
 
 
 def _spec(name: str, code: str, pid_dir: Path) -> ProcSpec:
@@ -137,7 +138,11 @@ def test_signal_on_launcher_stops_children(tmp_path, sig):
     repo = str(Path(__file__).resolve().parents[2])
     code = LAUNCHER.format(repo=repo, tmp=str(tmp_path))
     launcher = subprocess.Popen(
-        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=repo
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=repo,
+        preexec_fn=default_sigint,
     )
     try:
         deadline = time.monotonic() + 20
