@@ -36,7 +36,7 @@ format: install  ## ruff autofix + format
 	$(BIN)/ruff format app launchers tests bench
 
 test: lint  ## lint, then the whole test suite (unit + distributed)
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests --durations=15
 
 test-fast: install  ## unit tests only (skips the multi-process ones)
 	$(BIN)/python -m pytest tests -m "not dist and not slow"
