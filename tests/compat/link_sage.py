@@ -5,6 +5,7 @@ the imports are the one change. One process per node, launched by hand with --no
 
 import argparse
 import os.path as osp
+from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
@@ -21,6 +22,22 @@ from app.distributed import (
 )
 
 EDGE_TYPE = ("paper", "cites", "paper")
+
+
+def train_epoch(model, optimizer, train_loader, is_hetero):
+    for batch in train_loader:
+        optimizer.zero_grad()
+        if is_hetero:
+            z = model(batch.x_dict, batch.edge_index_dict)["paper"]
+            store = batch[EDGE_TYPE]
+        else:
+            z, store = model(batch.x, batch.edge_index), batch
+        src, dst = store.edge_label_index
+        pred = (z[src] * z[dst]).sum(dim=-1)
+        loss = F.binary_cross_entropy_with_logits(pred, store.edge_label)
+        loss.backward()
+        optimizer.step()
+    return loss
 
 
 def run_proc(num_nodes, node_rank, dataset, root_dir, master_addr, ddp_port, loader_port,
@@ -66,18 +83,9 @@ def run_proc(num_nodes, node_rank, dataset, root_dir, master_addr, ddp_port, loa
         optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
         for epoch in range(num_epochs):
             model.train()
-            for batch in train_loader:
-                optimizer.zero_grad()
-                if is_hetero:
-                    z = model(batch.x_dict, batch.edge_index_dict)["paper"]
-                    store = batch[EDGE_TYPE]
-                else:
-                    z, store = model(batch.x, batch.edge_index), batch
-                src, dst = store.edge_label_index
-                pred = (z[src] * z[dst]).sum(dim=-1)
-                loss = F.binary_cross_entropy_with_logits(pred, store.edge_label)
-                loss.backward()
-                optimizer.step()
+            threads = train_loader.enable_multithreading(1) if num_workers else nullcontext()
+            with threads:  # PyG's: torch threads of each sampler process while in the block
+                loss = train_epoch(model, optimizer, train_loader, is_hetero)
             print(f"-- [node {node_rank}] epoch {epoch}: loss {loss.item():.4f} "
                   f"({len(train_loader)} batches)", flush=True)  # fmt: skip
     print(f"-- [node {node_rank}] training done", flush=True)
