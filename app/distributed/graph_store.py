@@ -73,7 +73,7 @@ class LocalGraphStore(GraphStore):
             part.meta,
         )
         store.node_pb = part.book
-        store.edge_pb = _load_edge_map(part)
+        store.edge_pb = load_edge_map(part)
         store.root = part.root
         store.labels = read_labels(part.root)
         items = part.graph.items() if part.is_hetero else [(None, part.graph)]
@@ -276,7 +276,8 @@ def _edge_id_order(g: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
     return row[perm], edge_id[perm]
 
 
-def _load_edge_map(part: PartitionData) -> Any:
+def load_edge_map(part: PartitionData) -> Any:
+    """Edge → part map(s) of a partition (memory-mapped; by edge type when heterogeneous)."""
     maps = {t: torch_load(part.root / rel) for t, rel in map_files(part.meta, "edge_map").items()}
     return maps if part.is_hetero else maps[None]
 

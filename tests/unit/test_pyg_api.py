@@ -112,3 +112,11 @@ def test_loader_positional_order_and_refusals(parts):
         pyg_dist.DistNeighborLoader(stores, [2], channel=object())
     with pytest.raises(ValueError, match="rpc_worker_names"):
         pyg_dist.DistNeighborLoader(stores, [2], rpc_worker_names={"a": ["b"]})
+
+
+def test_feature_store_helpers(parts):
+    fs = pyg_dist.LocalFeatureStore.from_partition(parts[0], 1)
+    ids = fs.get_global_id()[[2, 0]]
+    rows = fs.get_tensor_from_global_id(group_name=None, attr_name="x", index=ids)
+    assert torch.equal(rows, _graph().x[ids])
+    assert fs.edge_feat_pb.numel() == 300
