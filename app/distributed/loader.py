@@ -8,6 +8,10 @@ features into a slot of this loader's shared-memory ring (`shm.BatchRing`), reus
 trainer has dropped the batch. With `num_workers=0` the trainer samples itself, on a pool of `concurrency` threads (the numba kernel releases the GIL, RPC waits too),
 and serves its partition to peers. Every wait is bounded by the RPC timeout; a dead or silent
 peer surfaces as `PeerError` naming it.
+
+Who starts the sampler processes: the launcher (its `DistContext.from_runtime` names them), or,
+in a hand-launched PyG-style script (a context with PyG's five fields only), the first loader
+of the process (`workers.join`); the last loader closed stops them and leaves RPC.
 """
 
 from __future__ import annotations
@@ -222,12 +226,13 @@ class DistLoader:
         return self._pipeline(batches, self.epoch - 1)
 
     def _pipeline(self, batches: list[Tensor], epoch: int) -> Iterator[Any]:
-        """Keep up to `concurrency` batches in flight; yield them in order."""
+        """Keep up to `concurrency` batches in flight (with `async_sampling=False`, one,
+        requested when the previous one is taken); yield them in order."""
         window: deque = deque()
         todo = iter(enumerate(batches))
         for i, index in todo:
             window.append(self._submit(index, derive_seed(self.seed, epoch, i)))
-            if len(window) >= self.concurrency:
+            if len(window) >= (self.concurrency if self.async_sampling else 1):
                 break
         try:
             while window:
