@@ -120,3 +120,35 @@ def test_feature_store_helpers(parts):
     rows = fs.get_tensor_from_global_id(group_name=None, attr_name="x", index=ids)
     assert torch.equal(rows, _graph().x[ids])
     assert fs.edge_feat_pb.numel() == 300
+
+
+@pytest.mark.dist
+def test_loaders_own_rpc_until_the_last_is_gone(tmp_path):
+    """A hand-launched (PyG-context) loader joins RPC itself; closing one of two loaders keeps
+    it, garbage-collecting the last one leaves it (no launcher, no explicit shutdown)."""
+    import gc
+    import socket
+
+    from app.distributed import rpc
+
+    root = tmp_path / "one-partitions"
+    pyg_dist.Partitioner(_graph(), 1, str(root)).generate_partition()
+    stores = (pyg_dist.LocalFeatureStore.from_partition(root, 0),
+              pyg_dist.LocalGraphStore.from_partition(root, 0))  # fmt: skip
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = pyg_dist.DistContext(rank=0, global_rank=0, world_size=1, global_world_size=1,
+                               group_name="g")  # fmt: skip
+    first = pyg_dist.DistNeighborLoader(stores, [2], "127.0.0.1", port, ctx, batch_size=16)
+    second = pyg_dist.DistNeighborLoader(stores, [2], "127.0.0.1", port + 1, ctx, batch_size=16)
+    assert rpc.current_name() == "trainer0-0"
+    with pytest.raises(ValueError, match="num_workers=2: this process already runs 0"):
+        pyg_dist.DistNeighborLoader(stores, [2], "127.0.0.1", port, ctx, num_workers=2)
+    with first:
+        assert next(iter(first)).y is not None
+    assert rpc.is_initialized(), "closing one loader must not end RPC for the other"
+    assert len(list(second)) == 4
+    del second
+    gc.collect()
+    assert not rpc.is_initialized(), "the last loader's collection must leave RPC"
