@@ -8,7 +8,8 @@ after it: for `root = <dir>/<name>-partitions` they are
     <dir>/<name>-label/label.pt                  labels by global id (hetero: {type: labels})
     <dir>/<name>-<split>-partitions/partition<i>.pt   split seeds of part i (train/val/test)
 
-(`<name>` is the whole folder name when it does not end in `-partitions`). `write_side_files`
+A folder not named `*-partitions` (the `partition` task's default) keeps them inside instead:
+`<root>/label/label.pt`, `<root>/<split>-partitions/partition<i>.pt`. `write_side_files`
 writes them from a partition (the `partition` task does); `read_labels` finds the label file
 for stores whose partition holds no `y`.
 """
@@ -27,20 +28,25 @@ from app.fsutil import torch_save_atomic
 SPLITS = ("train", "val", "test")
 
 
-def _stem(root: Path) -> Path:
+def _base(root: Path) -> tuple[Path, str]:
+    """(folder, name prefix) of the side files: PyG's, beside `<name>-partitions`; inside any
+    other partition folder (so a folder of partitions holds only partitions)."""
     root = Path(root)
-    name = root.name[: -len("-partitions")] if root.name.endswith("-partitions") else root.name
-    return root.parent / name
+    if root.name.endswith("-partitions"):
+        return root.parent, root.name[: -len("-partitions")] + "-"
+    return root, ""
 
 
 def label_file(root: str | os.PathLike) -> Path:
     """Where PyG's scripts keep the labels of the partition at `root`."""
-    return Path(f"{_stem(Path(root))}-label") / "label.pt"
+    base, prefix = _base(Path(root))
+    return base / f"{prefix}label" / "label.pt"
 
 
 def split_file(root: str | os.PathLike, split: str, part: int) -> Path:
     """Where PyG's scripts keep part `part`'s seeds of `split` (train / val / test)."""
-    return Path(f"{_stem(Path(root))}-{split}-partitions") / f"partition{part}.pt"
+    base, prefix = _base(Path(root))
+    return base / f"{prefix}{split}-partitions" / f"partition{part}.pt"
 
 
 def read_labels(root: str | os.PathLike) -> Tensor | dict[str, Tensor] | None:
