@@ -4,7 +4,7 @@
 
 * local: `app.loader.NeighborLoader` on the whole graph in this process (1 partition);
 * distributed: a 2-partition METIS job on 127.0.0.1 — 2 trainers running AT ONCE, each with one
-  sampler process (`app.distributed.server.serve`), `DistNeighborLoader(num_workers=1)`;
+  sampler process (`app.distributed.workers.serve`), `DistNeighborLoader(num_workers=1)`;
 
 both with fan-out [15, 10, 5], batch 1024, features + labels gathered. The distributed job runs
 twice, with the halo feature cache off and at its default size. Recorded per trainer, over the
@@ -240,11 +240,11 @@ def _minflt() -> int:
 
 def _child(role: str, node: int, root: str, workdir: str, port: int, cache: int) -> int:
     from app.config import Config
-    from app.distributed import DistContext, DistNeighborLoader, server
+    from app.distributed import DistContext, DistNeighborLoader, workers
 
     rt = _runtime(role, node, root, workdir, port)
     if role == "sampler":
-        return server.serve(rt, Config())
+        return workers.serve(rt, Config())
     ctx = DistContext.from_runtime(rt)
     failed = True
     try:
@@ -271,7 +271,7 @@ def _child(role: str, node: int, root: str, workdir: str, port: int, cache: int)
             time.sleep(0.2)
         failed = False
     finally:
-        server.shutdown(ctx, 60.0, failed)
+        workers.shutdown(ctx, 60.0, failed)
     return 0
 
 

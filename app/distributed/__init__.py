@@ -2,7 +2,8 @@
 
 PyG's `torch_geometric.distributed` names and arguments, reimplemented to be fast (one batched
 RPC per remote partition per hop, local sampling overlapping remote calls, memory-mapped
-partitions) and to never hang (every wait bounded; failures name the peer).
+partitions) and to never hang (every wait bounded; failures name the peer). A PyG script
+changes one line: `import app.distributed as pyg_dist` (or `from app.distributed import ...`).
 """
 
 from app.distributed.context import DistContext, DistRole
@@ -11,7 +12,8 @@ from app.distributed.graph_store import LocalGraphStore
 from app.distributed.loader import DistLinkNeighborLoader, DistLoader, DistNeighborLoader
 from app.distributed.rpc import PeerError, RpcInitError, RPCRouter, init_rpc, shutdown_rpc
 from app.distributed.sampler import DistNeighborSampler
-from app.distributed.server import serve, shutdown
+from app.distributed.workers import serve, shutdown
+from app.partition.pyg import Partitioner, load_partition_info
 
 __all__ = [
     "DistContext",
@@ -22,10 +24,12 @@ __all__ = [
     "DistNeighborSampler",
     "LocalFeatureStore",
     "LocalGraphStore",
+    "Partitioner",
     "PeerError",
     "RPCRouter",
     "RpcInitError",
     "init_rpc",
+    "load_partition_info",
     "serve",
     "shutdown",
     "shutdown_rpc",

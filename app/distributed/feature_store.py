@@ -22,7 +22,7 @@ from torch_geometric.data import FeatureStore, TensorAttr
 from torch_geometric.data.feature_store import _FieldStatus
 
 from app.distributed import rpc
-from app.distributed.graph_store import owner_of
+from app.distributed.graph_store import load_edge_map, owner_of
 from app.distributed.halo_cache import HaloCache, load_or_fill
 from app.distributed.routing import split_by_owner
 from app.partition.book import DictPartitionBook, PartitionBook
@@ -59,6 +59,7 @@ class LocalFeatureStore(FeatureStore):
         self.num_partitions = 1
         self.partition_idx = 0
         self.node_feat_pb: PartitionBook | dict[str, PartitionBook] | None = None
+        self.edge_feat_pb: Tensor | dict[Any, Tensor] | None = None  # edge → part (PyG's name)
         self.meta: dict[str, Any] = {"is_hetero": False}
         self.router: rpc.RPCRouter | None = None
         self.remote_rows = 0  # rows fetched by RPC so far (statistics)
@@ -86,6 +87,7 @@ class LocalFeatureStore(FeatureStore):
             part.meta,
         )
         store.node_feat_pb = part.book
+        store.edge_feat_pb = load_edge_map(part)
         store.root = part.root
         groups = part.node_feats.items() if part.is_hetero else [(None, part.node_feats)]
         for group, nf in groups:
@@ -322,3 +324,11 @@ class LocalFeatureStore(FeatureStore):
 
     def get_all_tensor_attrs(self) -> list[LocalTensorAttr]:
         return [LocalTensorAttr(g, name) for g, name in self._feat]
+
+    def get_tensor_from_global_id(self, *args: Any, **kwargs: Any) -> Tensor:
+        """PyG's: rows of one attribute for owned GLOBAL node ids (`index`), in request order."""
+        attr = self._tensor_attr_cls.cast(*args, **kwargs)
+        if attr.index is None:
+            raise ValueError("get_tensor_from_global_id needs index=<global node ids>")
+        name = attr.attr_name
+        return self.local_get(torch.as_tensor(attr.index), attr.group_name, [name])[name]

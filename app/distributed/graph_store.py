@@ -24,6 +24,7 @@ from torch import Tensor
 from torch_geometric.data import EdgeAttr, EdgeLayout, GraphStore
 
 from app.partition.book import DictPartitionBook, PartitionBook
+from app.partition.pyg import read_labels
 from app.partition.reader import (
     REPARTITION_HINT,
     PartitionData,
@@ -52,6 +53,7 @@ class LocalGraphStore(GraphStore):
         self.meta: dict[str, Any] = {"is_hetero": False}
         self.is_sorted = True
         self.root: Path | None = None  # partition folder (for messages)
+        self.labels: Tensor | dict[str, Tensor] | None = None  # label file's (PyG's `labels`)
         self._time: dict[str | None, Tensor] = {}
         self._time_np: dict[str | None, np.ndarray] = {}
 
@@ -71,8 +73,9 @@ class LocalGraphStore(GraphStore):
             part.meta,
         )
         store.node_pb = part.book
-        store.edge_pb = _load_edge_map(part)
+        store.edge_pb = load_edge_map(part)
         store.root = part.root
+        store.labels = read_labels(part.root)
         items = part.graph.items() if part.is_hetero else [(None, part.graph)]
         for key, g in items:
             size = tuple(int(s) for s in g["size"])
@@ -219,8 +222,25 @@ class LocalGraphStore(GraphStore):
         return True
 
     def _get_edge_index(self, edge_attr: EdgeAttr) -> tuple[Tensor, Tensor] | None:
+        """(row, colptr) for CSC (stored), (row, col) for COO, (rowptr, col) for CSR; ids are
+        global, edges those this partition owns."""
         g = self._csc.get(edge_attr.edge_type)
-        return None if g is None else (g["row"], g["colptr"])
+        if g is None:
+            return None
+        layout = EdgeLayout(edge_attr.layout)
+        if layout == EdgeLayout.CSC:
+            return g["row"], g["colptr"]
+        colptr, row = g["colptr"].long(), g["row"].long()
+        col = torch.repeat_interleave(torch.arange(colptr.numel() - 1), colptr.diff())
+        if layout == EdgeLayout.COO:
+            return row, col
+        order = torch.argsort(row, stable=True)
+        num_src = int(self._attrs[edge_attr.edge_type].size[0])
+        return csc_pointer(row[order], num_src), col[order]
+
+    def get_global_id(self, edge_type: Key = None) -> Tensor:
+        """Global ids of the edges this partition owns (PyG's name)."""
+        return self.csc(edge_type)["edge_id"]
 
     def _remove_edge_index(self, edge_attr: EdgeAttr) -> bool:
         self._attrs.pop(edge_attr.edge_type, None)
@@ -256,7 +276,8 @@ def _edge_id_order(g: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
     return row[perm], edge_id[perm]
 
 
-def _load_edge_map(part: PartitionData) -> Any:
+def load_edge_map(part: PartitionData) -> Any:
+    """Edge → part map(s) of a partition (memory-mapped; by edge type when heterogeneous)."""
     maps = {t: torch_load(part.root / rel) for t, rel in map_files(part.meta, "edge_map").items()}
     return maps if part.is_hetero else maps[None]
 

@@ -5,18 +5,24 @@ permutation) and sends each batch to one of ITS sampler processes (`sampler<node
 round-robin, keeping at most `concurrency` batches in flight: that deque of pending calls is
 the bounded channel, and batches come back in order. A sampler process writes a batch's
 features into a slot of this loader's shared-memory ring (`shm.BatchRing`), reused once the
-trainer has dropped the batch. With `num_workers=0` the trainer samples
-itself, on a pool of `concurrency` threads (the numba kernel releases the GIL, RPC waits too),
+trainer has dropped the batch. With `num_workers=0` the trainer samples itself, on a pool of `concurrency` threads (the numba kernel releases the GIL, RPC waits too),
 and serves its partition to peers. Every wait is bounded by the RPC timeout; a dead or silent
 peer surfaces as `PeerError` naming it.
+
+Who starts the sampler processes: the launcher (its `DistContext.from_runtime` names them), or,
+in a hand-launched PyG-style script (a context with PyG's five fields only), the first loader
+of the process (`workers.join`); the last loader closed stops them and leaves RPC.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,17 +31,18 @@ from torch import Tensor
 from torch_geometric.sampler import NegativeSampling
 
 from app.config import SamplerConfig
-from app.distributed import rpc, server
+from app.distributed import rpc, server, workers
 from app.distributed.context import DistContext
 from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.graph_store import LocalGraphStore
 from app.distributed.sampler import DistNeighborSampler
-from app.distributed.shm import BatchRing
+from app.distributed.shm import PREFIX, SHM_DIR, BatchRing
 from app.runtime import worker_name
 from app.sampler.kernel import derive_seed
 
 Stores = tuple[LocalFeatureStore, LocalGraphStore]
 log = logging.getLogger("distgnn")
+DEFAULT_RPC_THREADS = 32  # num_rpc_threads=None: RPC handler threads of a process
 
 
 class _Pending:
@@ -70,16 +77,31 @@ class _InSlot:
 
 
 class DistLoader:
-    """Shared machinery: stores, RPC group, sampler spec, batching, the in-flight window."""
+    """Shared machinery: stores, RPC group, sampler spec, batching, the in-flight window.
+
+    PyG's positional order (`current_ctx, master_addr, master_port, channel, num_rpc_threads,
+    rpc_timeout, dist_sampler`); the loaders pass the rest by keyword. With a context built
+    from PyG's five fields (a hand-launched script), the loader derives the RPC identity
+    (`DistContext.for_partition`), starts its own `num_workers` sampler processes and stops
+    them when closed (`close`, `with loader:`, garbage collection or interpreter exit).
+    Arguments PyG has and this loader cannot honour are refused with one line.
+    """
 
     def __init__(
         self,
+        current_ctx: DistContext | None = None,
+        master_addr: str | None = "127.0.0.1",
+        master_port: int | str | None = None,
+        channel: Any = None,
+        num_rpc_threads: int | None = None,
+        rpc_timeout: float = 180.0,
+        dist_sampler: DistNeighborSampler | None = None,
+        *,
         data: Stores | str | Path,
-        num_neighbors: Any,
+        num_neighbors: Any = None,
         batch_size: int = 1,
         shuffle: bool = False,
         drop_last: bool = False,
-        current_ctx: DistContext | None = None,
         num_workers: int = 0,
         concurrency: int = 1,
         replace: bool = False,
@@ -87,16 +109,18 @@ class DistLoader:
         disjoint: bool = False,
         temporal_strategy: str = "uniform",
         time_attr: str | None = None,
-        master_addr: str = "127.0.0.1",
-        master_port: int | None = None,
-        rpc_timeout: float = 60.0,
         init_timeout: float = 120.0,
         seed: int = 0,
         transform: Callable | None = None,
         attrs: list[str] | None = None,
         feature_cache_size: int = SamplerConfig.feature_cache_size,
-        **_: Any,
+        async_sampling: bool = True,
+        device: Any = None,
+        filter_per_worker: bool | None = False,
+        rpc_worker_names: Any = None,
+        **unknown: Any,
     ) -> None:
+        _refuse(unknown, channel, rpc_worker_names, dist_sampler)
         if batch_size <= 0 or concurrency <= 0 or num_workers < 0 or feature_cache_size < 0:
             raise ValueError(
                 f"batch_size={batch_size}, concurrency={concurrency}, num_workers={num_workers}, "
@@ -105,29 +129,31 @@ class DistLoader:
             )
         self.ctx = current_ctx
         self.feature_store, self.graph_store = self._stores(data)
+        gs = self.graph_store
+        if current_ctx is not None:  # PyG's five fields → our RPC identity (no-op if derived)
+            self.ctx = current_ctx.for_partition(gs.num_partitions, gs.partition_idx, num_workers)
         self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
         self.num_workers, self.concurrency = num_workers, concurrency
         self.seed, self.epoch, self.transform = seed, 0, transform
-        self.rpc_timeout = rpc_timeout
+        self.rpc_timeout, self.async_sampling = rpc_timeout, async_sampling
+        self.device = None if device is None else torch.device(device)
+        self.filter_per_worker = filter_per_worker  # features are always gathered by the sampler
+        self.labels = find_labels(self.feature_store, gs)
         router = None
-        if current_ctx is not None and self.graph_store.num_partitions > 1:
-            router = rpc.RPCRouter.for_context(current_ctx)
-        self.sampler = DistNeighborSampler(
-            (self.feature_store, self.graph_store), num_neighbors, replace, subgraph_type,
+        if self.ctx is not None and gs.num_partitions > 1:
+            router = rpc.RPCRouter.for_context(self.ctx)
+        self.sampler = dist_sampler or DistNeighborSampler(
+            (self.feature_store, gs), num_neighbors, replace, subgraph_type,
             disjoint, temporal_strategy, time_attr, router, attrs, feature_cache_size,
         )  # fmt: skip
-        if current_ctx is not None:
-            if num_workers == 0:  # this trainer is the process that serves its partition
-                server.register(self.feature_store, self.graph_store, router)
-            if master_port is None:
-                raise ValueError("master_port is required with current_ctx (the job's RPC port)")
-            rpc.init_rpc(current_ctx, master_addr, master_port, rpc_timeout, init_timeout)
-        self.workers = [
-            worker_name("sampler", current_ctx.partition_idx, current_ctx.local_rank, w)
-            for w in range(num_workers if current_ctx is not None else 0)
-        ]
         if num_workers and current_ctx is None:
             raise ValueError(f"num_workers={num_workers} needs current_ctx (sampler processes)")
+        self._group = self._join_rpc(current_ctx, master_addr, master_port, router,
+                                     init_timeout, num_rpc_threads)  # fmt: skip
+        self.workers = [
+            worker_name("sampler", self.ctx.partition_idx, self.ctx.local_rank, w)
+            for w in range(num_workers if self.ctx is not None else 0)
+        ]
         self._pool = ThreadPoolExecutor(concurrency) if not self.workers else None
         self.spec = self.sampler.spec
         # sampler processes share this node: features come back through reused /dev/shm slots
@@ -136,6 +162,31 @@ class DistLoader:
         # a batch makes one round of calls per hop plus the feature fetch, each bounded by
         # rpc_timeout: waiting longer for the whole batch lets the inner error name the culprit
         self._batch_timeout = rpc_timeout * (self.sampler.num_hops + 2)
+        self._release = weakref.finalize(self, _release, self._pool, self.ring, self._group)
+
+    def _join_rpc(
+        self, given: DistContext | None, master_addr: str | None, master_port: Any,
+        router: Any, init_timeout: float, num_rpc_threads: int | None,
+    ) -> workers.Group | None:  # fmt: skip
+        """Join the RPC group: as the launcher's process, or (PyG's five fields) as a
+        hand-launched trainer that starts its own sampler processes."""
+        if given is None:
+            return None
+        if self.num_workers == 0:  # this trainer is the process that serves its partition
+            server.register(self.feature_store, self.graph_store, router)
+        if master_port is None or master_addr is None:
+            raise ValueError(
+                f"master_addr={master_addr!r}, master_port={master_port!r}: both are required "
+                "with current_ctx (the address and port of the RPC group's master)"
+            )
+        threads = num_rpc_threads or DEFAULT_RPC_THREADS
+        if given.is_derived:  # the launcher (or the caller) owns RPC and the sampler processes
+            rpc.init_rpc(self.ctx, master_addr, int(master_port), self.rpc_timeout, init_timeout,
+                         threads)  # fmt: skip
+            return None
+        root = None if self.graph_store.root is None else str(self.graph_store.root)
+        return workers.join(self.ctx, root, master_addr, int(master_port), self.rpc_timeout,
+                            init_timeout, threads)  # fmt: skip
 
     def _stores(self, data: Stores | str | Path) -> Stores:
         if isinstance(data, (str, Path)):
@@ -175,23 +226,34 @@ class DistLoader:
         return self._pipeline(batches, self.epoch - 1)
 
     def _pipeline(self, batches: list[Tensor], epoch: int) -> Iterator[Any]:
-        """Keep up to `concurrency` batches in flight; yield them in order."""
+        """Keep up to `concurrency` batches in flight (with `async_sampling=False`, one,
+        requested when the previous one is taken); yield them in order."""
         window: deque = deque()
         todo = iter(enumerate(batches))
         for i, index in todo:
             window.append(self._submit(index, derive_seed(self.seed, epoch, i)))
-            if len(window) >= self.concurrency:
+            if len(window) >= (self.concurrency if self.async_sampling else 1):
                 break
         try:
             while window:
-                out = self._attach(window.popleft())
+                out = self._finish(self._attach(window.popleft()))
                 nxt = next(todo, None)
-                if nxt is not None:
+                if nxt is not None and self.async_sampling:  # next batch samples meanwhile
                     window.append(self._submit(nxt[1], derive_seed(self.seed, epoch, nxt[0])))
-                yield self.transform(out) if self.transform else out
+                yield out
+                if nxt is not None and not self.async_sampling:  # sampled when asked for
+                    window.append(self._submit(nxt[1], derive_seed(self.seed, epoch, nxt[0])))
         except GeneratorExit:  # left early (break): errors propagate at once, undrained
             self._drain(window)
             raise
+
+    def _finish(self, out: Any) -> Any:
+        """Labels from the label file (a partition without `y`), `device`, `transform`."""
+        if self.labels is not None:
+            attach_labels(out, self.labels, getattr(self, "input_type", None))
+        if self.device is not None:
+            out = out.to(self.device)
+        return self.transform(out) if self.transform else out
 
     @staticmethod
     def _drain(window: deque) -> None:
@@ -241,9 +303,98 @@ class DistLoader:
         return out
 
     def close(self) -> None:
-        """Release the local thread pool (RPC stays up for other loaders; see server.shutdown)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        """Release this loader: its thread pool, its shared-memory ring's files, and its share of
+        the RPC group it formed (the last loader out stops the sampler processes and leaves
+        RPC). Under the launcher, RPC stays up for other loaders (see `workers.shutdown`)."""
+        self._release()
+
+    def __enter__(self) -> DistLoader:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
+
+    @contextmanager
+    def enable_multithreading(self, num_threads: int | None = None) -> Iterator[None]:
+        """PyG's: use `num_threads` torch threads in each sampler process while in the block
+        (default: the cores of this machine divided among them); needs num_workers > 0."""
+        if not self.workers:
+            raise ValueError(
+                "enable_multithreading needs sampler processes: pass num_workers > 0 "
+                "(with num_workers=0 the trainer samples on `concurrency` threads)"
+            )
+        if num_threads is None:
+            num_threads = max(1, (os.cpu_count() or 1) // len(self.workers))
+        if num_threads <= 0:
+            raise ValueError(f"num_threads={num_threads}: pass a positive count")
+        self._set_threads(num_threads)
+        try:
+            yield
+        finally:
+            self._set_threads(1)
+
+    def _set_threads(self, num_threads: int) -> None:
+        calls = [rpc.call_async(w, workers.set_threads, (num_threads,)) for w in self.workers]
+        for call in calls:
+            call.wait()
+
+
+def _release(pool: ThreadPoolExecutor | None, ring: BatchRing | None, group: Any) -> None:
+    """What `close` frees (also run on garbage collection and at exit: holds no loader)."""
+    if pool is not None:
+        pool.shutdown(wait=False, cancel_futures=True)
+    if ring is not None:  # the slot files the sampler processes wrote for this ring
+        for path in SHM_DIR.glob(f"{PREFIX}*-{ring.tag}s*"):
+            path.unlink(missing_ok=True)
+    workers.leave(group)
+
+
+_PYG_ONLY = {  # PyG / DataLoader arguments with no meaning here, and why
+    "collate_fn": "batches are built by the sampler",
+    "worker_init_fn": "sampler processes are started by the loader (see workers.join)",
+    "pin_memory": "pass device=... (batches are moved there)",
+    "persistent_workers": "sampler processes always persist until close()",
+    "prefetch_factor": "pass concurrency=... (batches in flight)",
+    "is_sorted": "partitions are stored sorted (CSC)",
+    "directed": "use subgraph_type='directional'",
+}
+
+
+def _refuse(unknown: dict[str, Any], channel: Any, worker_names: Any, dist_sampler: Any) -> None:
+    """One line for every argument this loader cannot honour (never silently ignored)."""
+    for name in unknown:
+        why = _PYG_ONLY.get(name, "not an argument of PyG's distributed loaders or of this one")
+        raise TypeError(f"{name}={unknown[name]!r} is not supported: {why}")
+    if channel is not None:
+        raise ValueError("channel: batches come back by RPC / shared memory; pass channel=None")
+    if worker_names:
+        raise ValueError(
+            f"rpc_worker_names={worker_names!r}: RPC names are derived from the DistContext; "
+            "pass {} or None"
+        )
+    if dist_sampler is not None and not isinstance(dist_sampler, DistNeighborSampler):
+        raise TypeError(f"dist_sampler: expected a DistNeighborSampler, got {type(dist_sampler)}")
+
+
+def find_labels(fs: LocalFeatureStore, gs: LocalGraphStore) -> Any:
+    """Whole-graph labels for batches of a partition without `y`: the stores' `labels` (PyG's
+    scripts set `feature.labels` / `graph.labels`), else the label file beside the partition
+    (`gs.labels`, read by `LocalGraphStore.from_partition`); None when there are none."""
+    labels = getattr(fs, "labels", None)
+    return labels if labels is not None else getattr(gs, "labels", None)
+
+
+def attach_labels(data: Any, labels: Any, input_type: str | None) -> None:
+    """`y` of every sampled node (global `n_id`) where the batch has none, from whole-graph
+    labels: a tensor (homogeneous, or the input node type's), or {node type: tensor}."""
+    if not isinstance(labels, dict):
+        labels = {input_type: labels}
+    for node_type, y in labels.items():
+        store = data if node_type is None else data[node_type]
+        if node_type is not None and node_type not in data.node_types:
+            continue
+        if "y" not in store and "n_id" in store:
+            store.y = y[store.n_id]
 
 
 class DistNeighborLoader(DistLoader):
@@ -258,11 +409,34 @@ class DistNeighborLoader(DistLoader):
         self,
         data: Stores | str | Path,
         num_neighbors: Any,
+        master_addr: str | None = "127.0.0.1",
+        master_port: int | str | None = None,
+        current_ctx: DistContext | None = None,
         input_nodes: Any = None,
         input_time: Tensor | None = None,
+        dist_sampler: DistNeighborSampler | None = None,
+        replace: bool = False,
+        subgraph_type: str = "directional",
+        disjoint: bool = False,
+        temporal_strategy: str = "uniform",
+        time_attr: str | None = None,
+        transform: Callable | None = None,
+        concurrency: int = 1,
+        num_rpc_threads: int | None = None,
+        filter_per_worker: bool | None = False,
+        async_sampling: bool = True,
+        device: Any = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(data, num_neighbors, **kwargs)
+        if isinstance(input_nodes, str):  # PyG: a node type alone means all its nodes
+            input_nodes = (input_nodes, None)
+        super().__init__(
+            current_ctx, master_addr, master_port, dist_sampler=dist_sampler, data=data,
+            num_neighbors=num_neighbors, replace=replace, subgraph_type=subgraph_type,
+            disjoint=disjoint, temporal_strategy=temporal_strategy, time_attr=time_attr, transform=transform, concurrency=concurrency,
+            num_rpc_threads=num_rpc_threads, filter_per_worker=filter_per_worker,
+            async_sampling=async_sampling, device=device, **kwargs,
+        )  # fmt: skip
         input_type, ids = input_nodes if isinstance(input_nodes, tuple) else (None, input_nodes)
         if self.graph_store.is_hetero and input_type is None:
             raise ValueError("heterogeneous graph: pass input_nodes=(node_type, ids)")
@@ -312,18 +486,44 @@ class DistLinkNeighborLoader(DistLoader):
         self,
         data: Stores | str | Path,
         num_neighbors: Any,
+        master_addr: str | None = "127.0.0.1",
+        master_port: int | str | None = None,
+        current_ctx: DistContext | None = None,
         edge_label_index: Tensor | tuple[Any, Tensor] | None = None,
         edge_label: Tensor | None = None,
+        edge_label_time: Tensor | None = None,
+        dist_sampler: DistNeighborSampler | None = None,
+        replace: bool = False,
+        subgraph_type: str = "directional",
+        disjoint: bool = False,
+        temporal_strategy: str = "uniform",
         neg_sampling: str | NegativeSampling | None = None,
         neg_sampling_ratio: float | None = None,
+        time_attr: str | None = None,
+        transform: Callable | None = None,
+        concurrency: int = 1,
+        num_rpc_threads: int | None = None,
+        filter_per_worker: bool | None = False,
+        async_sampling: bool = True,
+        device: Any = None,
         **kwargs: Any,
     ) -> None:
-        if kwargs.get("time_attr"):
+        if edge_label_time is not None:
             raise ValueError(
-                f"time_attr={kwargs['time_attr']!r}: DistLinkNeighborLoader does not sample "
+                "edge_label_time: DistLinkNeighborLoader does not sample temporally; pass None"
+            )
+        if time_attr:
+            raise ValueError(
+                f"time_attr={time_attr!r}: DistLinkNeighborLoader does not sample "
                 "temporally; set sampler.time_attr=null for link prediction"
             )
-        super().__init__(data, num_neighbors, **kwargs)
+        super().__init__(
+            current_ctx, master_addr, master_port, dist_sampler=dist_sampler, data=data,
+            num_neighbors=num_neighbors, replace=replace, subgraph_type=subgraph_type,
+            disjoint=disjoint, temporal_strategy=temporal_strategy, time_attr=time_attr, transform=transform, concurrency=concurrency,
+            num_rpc_threads=num_rpc_threads, filter_per_worker=filter_per_worker,
+            async_sampling=async_sampling, device=device, **kwargs,
+        )  # fmt: skip
         self.edge_type, edges = self._links(edge_label_index)
         self.edge_label_index = torch.as_tensor(edges, dtype=torch.int64)
         self.edge_label = edge_label

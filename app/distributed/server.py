@@ -7,15 +7,12 @@ call, by name (`rpc.call_async(peer, "hop", args)`): hop (with optional seed tim
 sample_batch (with optional seed times), sample_edges, stats, ping, stop. They run on this
 process's RPC threads against the registered stores.
 
-`serve(runtime, cfg)` is the sampler process: load the node's partition (memory-mapped), join
-RPC, answer requests until its trainer says stop (or is gone, or SIGTERM), leave RPC, exit.
+The sampler process that serves them (`run_sampler`) and its lifecycle live in `workers`.
 """
 
 from __future__ import annotations
 
-import logging
 import resource
-import signal
 import threading
 import time
 from typing import Any
@@ -23,20 +20,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from app.config import Config
-from app.distributed import endpoints, rpc, shm
-from app.distributed.context import DistContext
+from app.distributed import endpoints
 from app.distributed.endpoints import endpoint
 from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.graph_store import LocalGraphStore
 from app.distributed.sampler import hop_stats, local_hop, sampler_for
 from app.distributed.shm import SlotWriter
-from app.runtime import Runtime, tune_process, worker_name
-
-log = logging.getLogger("distgnn")
 
 _stop = threading.Event()
-PING_EVERY_S = 2.0
 register = endpoints.register  # this process serves its stores (before joining RPC)
 
 
@@ -116,78 +107,3 @@ def load_stores(root: str, pid: int) -> tuple[LocalFeatureStore, LocalGraphStore
 
     part = load_partition(root, pid)
     return LocalFeatureStore.from_partition_data(part), LocalGraphStore.from_partition_data(part)
-
-
-def _trainer_alive(trainer: str) -> bool:
-    try:
-        rpc.call_async(trainer, "ping").wait()
-        return True
-    except rpc.PeerError as err:
-        log.error("stopping: %s", err)
-        return False
-
-
-def serve(runtime: Runtime, cfg: Config) -> int:
-    """Sampler-process main: serve partition `runtime.node_rank` until told to stop; exit code."""
-    ctx = DistContext.from_runtime(runtime)
-    log.info("%s: %s", ctx.worker_name, tune_process("sampler"))
-    shm.remove_orphans()
-    fs, gs = load_stores(runtime.partition_root, runtime.node_rank)
-    register(fs, gs, rpc.RPCRouter.for_context(ctx))
-    failed = threading.Event()
-
-    def _on_term(*_: Any) -> None:
-        failed.set()
-        _stop.set()
-
-    signal.signal(signal.SIGTERM, _on_term)
-    rpc.init_rpc(
-        ctx,
-        runtime.master_addr,
-        runtime.rpc_port,
-        cfg.sampler.rpc_timeout_s,
-        cfg.cluster.init_timeout_s,
-    )
-    trainer = worker_name("trainer", runtime.node_rank, runtime.local_rank)
-    try:
-        while not _stop.wait(PING_EVERY_S):
-            if not _trainer_alive(trainer):
-                failed.set()
-                break
-    finally:
-        graceful = 0.0 if failed.is_set() else cfg.cluster.init_timeout_s
-        clean = rpc.shutdown_rpc(graceful) if graceful else rpc.shutdown_rpc_now()
-        shm.remove_own()
-    log.info(
-        "%s: served partition %d, exiting (%s)",
-        ctx.worker_name,
-        runtime.node_rank,
-        "clean" if clean and not failed.is_set() else "after a failure",
-    )
-    return 1 if failed.is_set() else 0
-
-
-def stop_samplers(ctx: DistContext) -> None:
-    """Tell this trainer's sampler processes to leave (best effort: a dead one is skipped)."""
-    calls = [
-        rpc.call_async(worker_name("sampler", ctx.partition_idx, ctx.local_rank, w), "stop")
-        for w in range(ctx.num_workers)
-    ]
-    for call in calls:
-        try:
-            call.wait()
-        except rpc.PeerError as err:
-            log.warning("could not stop sampler: %s", err)
-
-
-def shutdown(ctx: DistContext, graceful_timeout_s: float = 120.0, failed: bool = False) -> bool:
-    """Trainer-side teardown: stop own samplers, then leave RPC (at once if the job failed)."""
-    if not rpc.is_initialized():
-        return True
-    if failed:
-        clean = rpc.shutdown_rpc_now()
-        shm.remove_orphans()
-        return clean
-    if ctx.role == "trainer":
-        stop_samplers(ctx)
-    return rpc.shutdown_rpc(graceful_timeout_s)

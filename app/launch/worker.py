@@ -43,9 +43,13 @@ def run(runtime: Runtime) -> int:
 
     cfg = load_config(runtime.config_path)
     if runtime.role == "sampler":
-        from app.distributed.server import serve
+        from app.distributed.context import DistContext
+        from app.distributed.workers import run_sampler
 
-        return serve(runtime, cfg)
+        return run_sampler(
+            DistContext.from_runtime(runtime), runtime.partition_root, runtime.master_addr,
+            runtime.rpc_port, cfg.sampler.rpc_timeout_s, cfg.cluster.init_timeout_s,
+        )  # fmt: skip
     if runtime.role == "trainer":
         from app.tasks import run_trainer
 

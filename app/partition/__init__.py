@@ -7,6 +7,7 @@
   pointers, halos, optional relabelling); its docstring documents the on-disk format.
 - `reader`: `read_meta` / `load_partition` validate and memory-map one part.
 - `book`: which part owns a node id (dict map, or id ranges after relabelling).
+- `pyg`: PyG's `Partitioner`, and the label / split files PyG's scripts read beside a partition.
 - `task`: `ensure_partition` (reuse or create) and `task=partition`.
 """
 
@@ -37,6 +38,8 @@ _LAZY = {
     "partition_root": "app.partition.task",
     "run_partition_task": "app.partition.task",
     "stream_partition": "app.partition.stream",
+    "Partitioner": "app.partition.pyg",
+    "write_side_files": "app.partition.pyg",
 }
 
 

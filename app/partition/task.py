@@ -181,13 +181,18 @@ def ensure_partition(cfg: Config, data: Any = None) -> Path:
 
 
 def run_partition_task(cfg: Config) -> dict[str, float]:
-    """`python -m app task=partition ...`: ensure the partition, print and return its stats."""
+    """`python -m app task=partition ...`: ensure the partition and the label / seed files
+    PyG-style scripts read beside it (`app.partition.pyg`), print and return its stats."""
     meta = _ensure(cfg)
     if meta.reused:
         print(f"partition {meta.root} is up to date (fingerprint {meta.fingerprint})")
         print(format_stats(meta.stats), flush=True)
     else:
         print(f"partition written to {meta.root}", flush=True)
+    from app.partition.pyg import write_side_files
+
+    files = write_side_files(meta.root)  # the label / split files PyG's scripts read
+    print(f"label and seed files for PyG-style scripts: {len(files)} beside {meta.root}")
     from app.partition.stream import quality_stats
 
     derived = quality_stats(meta.stats)

@@ -28,7 +28,7 @@ import torch.distributed as dist
 
 from app.config import Config
 from app.distributed.context import DistContext
-from app.distributed.server import shutdown
+from app.distributed.workers import shutdown
 from app.fsutil import write_text_atomic
 from app.netutil import bound_store
 from app.runtime import Runtime, tune_process

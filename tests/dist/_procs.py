@@ -1,7 +1,7 @@
 """Real processes for the distributed tests: `python tests/dist/_procs.py SPEC ROLE NODE [WORKER]`.
 
 A `Job` starts one trainer per partition (plus `num_workers` sampler processes each, running
-`app.distributed.server.serve`) on 127.0.0.1 with a free RPC port, waits for all of them with a
+`app.distributed.workers.serve`) on 127.0.0.1 with a free RPC port, waits for all of them with a
 hard deadline, and kills every survivor in `finally`. Trainers run a named check from CHECKS
 against the unpartitioned graph saved next to the partition, and exit non-zero on failure.
 """
@@ -108,7 +108,7 @@ def main() -> int:
     runtime = _runtime(spec, role, node, worker)
     if role == "sampler":
         from app.config import Config
-        from app.distributed.server import serve
+        from app.distributed.workers import serve
 
         cfg = Config()
         cfg.sampler.rpc_timeout_s = spec["timeout"]
