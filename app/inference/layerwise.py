@@ -64,9 +64,9 @@ class _Homogeneous:
         return [EDGE]
 
     def layer(
-        self, layer: int, h_dst: Tensor, inputs: dict[EdgeType, tuple[Tensor, Block]]
+        self, layer: int, h_own: Tensor, lead: Tensor, inputs: dict[EdgeType, tuple[Tensor, Block]]
     ) -> Tensor:
-        h_src, block = inputs[EDGE]
+        h_src, block = inputs[EDGE]  # the block's `dst` marks the targets among the sources
         return self.net.inference_layer(layer, h_src, block)
 
 
@@ -78,30 +78,9 @@ class _Heterogeneous:
         return self.net.inference_edge_types(layer, types)
 
     def layer(
-        self, layer: int, h_dst: Tensor, inputs: dict[EdgeType, tuple[Tensor, Block]]
+        self, layer: int, h_own: Tensor, lead: Tensor, inputs: dict[EdgeType, tuple[Tensor, Block]]
     ) -> Tensor:
-        return self.net.inference_layer(layer, h_dst, inputs)
-
-
-def _local_ids(cand: Tensor, lead: Tensor | None, slot: Tensor) -> tuple[Tensor, Tensor]:
-    """(the distinct values of `cand`, `cand` as indices into them); `lead` values come first.
-
-    Values are row positions; `slot` is a scratch map position -> index, all -1 between calls
-    (left that way). O(len(cand)) with no sort: of duplicated writes to `slot` exactly one
-    survives, which picks one representative per distinct value.
-    """
-    n_lead = 0 if lead is None else lead.numel()
-    if lead is not None:
-        slot[lead] = torch.arange(n_lead)
-    fresh = cand[slot[cand] < 0]
-    order = torch.arange(fresh.numel())
-    slot[fresh] = order
-    first = fresh[slot[fresh] == order]
-    slot[first] = n_lead + torch.arange(first.numel())
-    src = first if lead is None else torch.cat([lead, first])
-    col = slot[cand]
-    slot[src] = -1
-    return src, col
+        return self.net.inference_layer(layer, h_own[lead], inputs)
 
 
 def _plan(view: GraphView) -> tuple[dict[str, Tensor], dict[EdgeType, Tensor]]:
@@ -136,9 +115,6 @@ class _Run:
         if missing:
             raise ValueError(f"node types {missing} have neither features nor embeddings")
         self.needed, self.col_pos = _plan(view)
-        self.slot = {
-            t: torch.full((ids.numel(),), -1, dtype=torch.long) for t, ids in self.needed.items()
-        }
 
     def _degrees(self) -> dict[EdgeType, Tensor]:
         if not getattr(self.net, "needs_degree", False):
@@ -179,31 +155,32 @@ class _Run:
         degrees: dict[EdgeType, Tensor],
         out: Any,
     ) -> None:
+        """Layer `layer` of this rank's `ntype` nodes, chunk by chunk, into the table `out`.
+
+        Every chunk reads the layer's fetched `rows` in place (its blocks index them by
+        position): no per-chunk copy of source rows, whatever the chunk size.
+        """
         mine = self.view.mine[ntype]
         for start in range(0, mine.numel(), self.chunk):
             stop = min(start + self.chunk, mine.numel())
-            dst = mine[start:stop]
-            lead = torch.searchsorted(self.needed[ntype], dst)  # the targets' rows
-            inputs = {et: self._block(et, start, stop, lead, rows, degrees) for et in ets}
-            out[dst] = self.typed.layer(layer, rows[ntype][lead], inputs)
+            lead = torch.searchsorted(self.needed[ntype], mine[start:stop])  # the targets' rows
+            inputs = {et: (rows[et[0]], self._block(et, start, stop, lead, degrees)) for et in ets}
+            out[mine[start:stop]] = self.typed.layer(layer, rows[ntype], lead, inputs)
 
     def _block(
-        self,
-        et: EdgeType,
-        start: int,
-        stop: int,
-        lead: Tensor,
-        rows: dict[str, Tensor],
-        degrees: dict[EdgeType, Tensor],
-    ) -> tuple[Tensor, Block]:
-        """(source rows, Block) of edge type `et` for the targets `mine[start:stop]` (at rows
-        `lead` of their type's fetched table)."""
-        crow_all = self.view.edges[et][0]
-        lo, hi = int(crow_all[start]), int(crow_all[stop])
-        same = et[0] == et[-1]
-        src, col = _local_ids(self.col_pos[et][lo:hi], lead if same else None, self.slot[et[0]])
-        degree = degrees[et][src] if et in degrees else None
-        return rows[et[0]][src], Block(crow_all[start : stop + 1] - lo, col, src.numel(), degree)
+        self, et: EdgeType, start: int, stop: int, lead: Tensor, degrees: dict[EdgeType, Tensor]
+    ) -> Block:
+        """The in-edges of edge type `et` of the targets `mine[start:stop]` (at rows `lead` of
+        their type's fetched rows), over every fetched row of the source type."""
+        crow = self.view.edges[et][0]
+        lo, hi = int(crow[start]), int(crow[stop])
+        return Block(
+            crow[start : stop + 1] - lo,
+            self.col_pos[et][lo:hi],
+            self.needed[et[0]].numel(),
+            degrees.get(et),
+            lead if et[0] == et[-1] else None,
+        )
 
 
 class NodeRows:
