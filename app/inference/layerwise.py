@@ -15,6 +15,7 @@ O(#seeds · fan-out^L), and the result equals the full-graph forward (no samplin
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -63,6 +64,11 @@ class _Homogeneous:
     def edge_types(self, layer: int, types: set[str]) -> list[EdgeType]:
         return [EDGE]
 
+    def prepare(self, layer: int, rows: dict[str, Tensor]) -> dict[str, Any]:
+        """The layer's fetched rows as its chunks read them (`inference_rows`, once a layer)."""
+        prepare = getattr(self.net, "inference_rows", None)
+        return rows if prepare is None else {t: prepare(layer, h) for t, h in rows.items()}
+
     def layer(
         self, layer: int, h_own: Tensor, lead: Tensor, inputs: dict[EdgeType, tuple[Tensor, Block]]
     ) -> Tensor:
@@ -77,24 +83,48 @@ class _Heterogeneous:
     def edge_types(self, layer: int, types: set[str]) -> list[EdgeType]:
         return self.net.inference_edge_types(layer, types)
 
+    def prepare(self, layer: int, rows: dict[str, Tensor]) -> dict[str, Any]:
+        return rows
+
     def layer(
         self, layer: int, h_own: Tensor, lead: Tensor, inputs: dict[EdgeType, tuple[Tensor, Block]]
     ) -> Tensor:
         return self.net.inference_layer(layer, h_own[lead], inputs)
 
 
-def _plan(view: GraphView) -> tuple[dict[str, Tensor], dict[EdgeType, Tensor]]:
-    """(per node type: the sorted ids whose rows this rank reads — its own and its halo; per
-    edge type: every edge's source as a position in them), computed once per view."""
+@dataclass
+class _ReadPlan:
+    """Where a rank's layer-wise reads land, computed once per view (every layer reuses it).
+
+    Per node type: `needed`, the sorted ids whose rows this rank reads (its own and its halo),
+    and `mine_pos`, its own nodes as positions in them; per edge type: `col_pos`, every edge's
+    source as a position in them (the blocks' column indices).
+    """
+
+    needed: dict[str, Tensor]
+    mine_pos: dict[str, Tensor]
+    col_pos: dict[EdgeType, Tensor]
+
+
+def _plan(view: GraphView) -> _ReadPlan:
+    """The view's `_ReadPlan`: O(nodes + edges) with one id -> position map per node type (no
+    sort: a mark per node, then a gather per edge)."""
     if "plan" not in view.cache:
-        parts: dict[str, list[Tensor]] = {t: [m] for t, m in view.mine.items()}
-        for et, (_, col) in view.edges.items():
-            parts[et[0]].append(col)
-        needed = {t: torch.unique(torch.cat(p)) for t, p in parts.items()}
-        col_pos = {
-            et: torch.searchsorted(needed[et[0]], col) for et, (_, col) in view.edges.items()
-        }
-        view.cache["plan"] = (needed, col_pos)
+        needed, pos_of = {}, {}
+        for t, mine in view.mine.items():
+            mark = torch.zeros(view.num_nodes[t], dtype=torch.bool)
+            mark[mine] = True
+            for et, (_, col) in view.edges.items():
+                if et[0] == t:
+                    mark[col] = True
+            needed[t] = mark.nonzero().view(-1)
+            pos_of[t] = torch.full((view.num_nodes[t],), -1, dtype=torch.long)
+            pos_of[t][needed[t]] = torch.arange(needed[t].numel())
+        view.cache["plan"] = _ReadPlan(
+            needed,
+            {t: pos_of[t][mine] for t, mine in view.mine.items()},
+            {et: pos_of[et[0]][col] for et, (_, col) in view.edges.items()},
+        )
     return view.cache["plan"]
 
 
@@ -114,12 +144,13 @@ class _Run:
         missing = [t for t in view.node_types if t not in self.inputs]
         if missing:
             raise ValueError(f"node types {missing} have neither features nor embeddings")
-        self.needed, self.col_pos = _plan(view)
+        self.plan = _plan(view)
 
     def _degrees(self) -> dict[EdgeType, Tensor]:
         if not getattr(self.net, "needs_degree", False):
             return {}
-        return {et: table[self.needed[et[0]]].view(-1) for et, table in self.view.degree.items()}
+        needed = self.plan.needed
+        return {et: table[needed[et[0]]].view(-1) for et, table in self.view.degree.items()}
 
     def run(self) -> NodeRows:
         """The final layer's tables (every node of every output type), still registered."""
@@ -137,7 +168,8 @@ class _Run:
                 for t in out_types
             }
             used = sorted({et[0] for et in ets} | set(out_types))
-            rows = {t: tables[t][self.needed[t]] for t in used}  # one batched read per owner
+            rows = {t: tables[t][self.plan.needed[t]] for t in used}  # one batched read per owner
+            rows = self.typed.prepare(layer, rows)
             for t in out_types:
                 self._layer(layer, t, [et for et in ets if et[-1] == t], rows, degrees, new[t])
             view.backend.barrier()  # layer complete everywhere before anyone reads it
@@ -163,7 +195,7 @@ class _Run:
         mine = self.view.mine[ntype]
         for start in range(0, mine.numel(), self.chunk):
             stop = min(start + self.chunk, mine.numel())
-            lead = torch.searchsorted(self.needed[ntype], mine[start:stop])  # the targets' rows
+            lead = self.plan.mine_pos[ntype][start:stop]  # the targets' own rows
             inputs = {et: (rows[et[0]], self._block(et, start, stop, lead, degrees)) for et in ets}
             out[mine[start:stop]] = self.typed.layer(layer, rows[ntype], lead, inputs)
 
@@ -176,8 +208,8 @@ class _Run:
         lo, hi = int(crow[start]), int(crow[stop])
         return Block(
             crow[start : stop + 1] - lo,
-            self.col_pos[et][lo:hi],
-            self.needed[et[0]].numel(),
+            self.plan.col_pos[et][lo:hi],
+            self.plan.needed[et[0]].numel(),
             degrees.get(et),
             lead if et[0] == et[-1] else None,
         )

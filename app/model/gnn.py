@@ -309,9 +309,20 @@ class SAGELayer(nn.Module):
         _, n_out, _ = graph.edges(layer)
         return self.propagate(h, graph.adjacency(layer, values), n_out)
 
-    def infer(self, h: Tensor, block: Block) -> Tensor:
-        """The block's targets; aggregates first, so only the rows the block reads are used."""
-        neigh = self.lin_neigh(aggregate(block.mean_adjacency(), h))
+    @property
+    def narrows(self) -> bool:
+        """Whether the layer shrinks the width (then projecting before aggregating is cheaper)."""
+        return self.lin_neigh.out_features < self.lin_neigh.in_features
+
+    def infer(self, h: Tensor | tuple[Tensor, Tensor], block: Block) -> Tensor:
+        """The block's targets from the source rows `h`, or `(h, h W_neigh^T)` (`narrows`: the
+        projection computed once for every chunk); else it aggregates first, so only the rows
+        the block reads are used."""
+        if isinstance(h, tuple):
+            h, projected = h
+            neigh = aggregate(block.mean_adjacency(), projected) + self.lin_neigh.bias
+        else:
+            neigh = self.lin_neigh(aggregate(block.mean_adjacency(), h))
         return neigh + self.lin_root(block.targets(h))
 
     def propagate(self, h: Tensor, adj: CSR, n_out: int) -> Tensor:
@@ -442,8 +453,19 @@ class SampledGNN(nn.Module):
         """Output channels of `layer`."""
         return self.dims[layer + 1]
 
-    def inference_layer(self, layer: int, h_src: Tensor, block: Block) -> Tensor:
-        """Layer `layer` of the block's targets from layer `layer - 1` rows (eval semantics)."""
+    def inference_rows(self, layer: int, h: Tensor) -> Tensor | tuple[Tensor, Tensor]:
+        """What every chunk of `layer` reads, computed once per layer from its fetched rows `h`:
+        `h`, or `(h, h W_neigh^T)` for a SAGE layer that `narrows` (fewer columns to aggregate)."""
+        lyr = self.layers[layer]
+        if isinstance(lyr, SAGELayer) and lyr.narrows:
+            return h, h @ lyr.lin_neigh.weight.t()
+        return h
+
+    def inference_layer(
+        self, layer: int, h_src: Tensor | tuple[Tensor, Tensor], block: Block
+    ) -> Tensor:
+        """Layer `layer` of the block's targets from layer `layer - 1` rows (eval semantics;
+        `h_src` as `inference_rows` made it)."""
         h = self.layers[layer].infer(h_src, block)
         return F.relu(h) if layer < self.num_layers - 1 else h
 
