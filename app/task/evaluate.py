@@ -18,6 +18,9 @@ An evaluator is `(task, splits) -> {"<split>_<metric>": value}`, called by every
 
 from __future__ import annotations
 
+import functools
+import logging
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -26,6 +29,8 @@ from torch import Tensor, nn
 
 from app.task.metrics import all_reduce, binary_auc, dist_ready
 from app.task.step import Objective, StepResult
+
+log = logging.getLogger("distgnn.train")
 
 Evaluator = Callable[[Any, tuple[str, ...]], dict[str, float]]
 
@@ -58,12 +63,28 @@ def layerwise_evaluator(task: Any, splits: tuple[str, ...]) -> dict[str, float]:
 
 
 def choose_evaluator(task: Any) -> Evaluator:
-    """Layer-wise where configured and possible, else sampled (one line says why)."""
-    if task.cfg.train.eval_mode != "layerwise":
-        return sampled_evaluator
-    from app.inference import supports_layerwise
+    """Layer-wise where configured and possible, else sampled (one line says why); either
+    logs how long each evaluation took."""
+    evaluator = sampled_evaluator
+    if task.cfg.train.eval_mode == "layerwise":
+        from app.inference import supports_layerwise
 
-    return layerwise_evaluator if supports_layerwise(task.bare) else sampled_evaluator
+        evaluator = layerwise_evaluator if supports_layerwise(task.bare) else sampled_evaluator
+    return _timed(evaluator)
+
+
+def _timed(evaluator: Evaluator) -> Evaluator:
+    """`evaluator`, logging one line with its wall time per call (evaluation vs epoch time)."""
+    mode = "layer-wise" if evaluator is layerwise_evaluator else "sampled"
+
+    @functools.wraps(evaluator)  # `__wrapped__` names the evaluator chosen
+    def timed(task: Any, splits: tuple[str, ...]) -> dict[str, float]:
+        start = time.perf_counter()
+        out = evaluator(task, splits)
+        log.info("%s evaluation of %s: %.2f s", mode, "+".join(splits), time.perf_counter() - start)
+        return out
+
+    return timed
 
 
 @torch.no_grad()

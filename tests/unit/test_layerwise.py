@@ -187,7 +187,7 @@ def test_link_metrics_equal_sampled_full_fanout(compose, hetero):
     from app.task.link import triplet_results
 
     task = _link_task(compose, hetero)
-    assert task.evaluator is layerwise_evaluator  # the default for link tasks too
+    assert task.evaluator.__wrapped__ is layerwise_evaluator  # the default for link tasks too
     sampled, pos, neg = _sampled_triplets(task, "val")
     rows = layerwise_embeddings(task.bare, task.source.inference_view(), 37)
     found = list(triplet_results(task.bare, rows, pos, neg, task.bare.edge_type, chunk_size=30))
