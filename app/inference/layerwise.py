@@ -172,6 +172,7 @@ class _Run:
             rows = self.typed.prepare(layer, rows)
             for t in out_types:
                 self._layer(layer, t, [et for et in ets if et[-1] == t], rows, degrees, new[t])
+            del rows  # freed before the next layer's rows are read (peak: one layer's rows)
             view.backend.barrier()  # layer complete everywhere before anyone reads it
             for table in made:
                 view.backend.drop(table)
