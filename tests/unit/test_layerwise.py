@@ -146,14 +146,14 @@ def test_link_scores_from_layerwise_embeddings(graph, decoder):
     assert rel_err(got, model.score(z[pairs[0]], z[pairs[1]])) < 1e-4
 
 
-def _link_task(compose, hetero: bool):
+def _link_task(compose, hetero: bool, root):
     from app.dataset import load_dataset
     from app.dataset.mag import generate_mag, to_hetero_data
     from app.task.link import LinkTask
     from app.task.local import LocalSource
 
     args = (f"+experiment={'mag_link' if hetero else 'products_link'}", "dataset.num_nodes=300",
-            "model.decoder=mlp", "train.eval_negatives=4")  # fmt: skip
+            f"dataset.root={root}", "model.decoder=mlp", "train.eval_negatives=4")  # fmt: skip
     fan = compose(*args).sampler.num_neighbors  # full fan-out: every in-edge, every hop
     full = [f"sampler.num_neighbors.{k}=[-1,-1]" for k in fan] if hetero else []
     cfg = compose(*args, *(full or ["sampler.num_neighbors=[-1,-1]"]))
@@ -181,12 +181,12 @@ def _sampled_triplets(task, split: str):
 
 
 @pytest.mark.parametrize("hetero", [False, True])
-def test_link_metrics_equal_sampled_full_fanout(compose, hetero):
+def test_link_metrics_equal_sampled_full_fanout(compose, hetero, tmp_path):
     from app.inference import layerwise_embeddings
     from app.task.evaluate import layerwise_evaluator, summarize
     from app.task.link import triplet_results
 
-    task = _link_task(compose, hetero)
+    task = _link_task(compose, hetero, tmp_path / "data")
     assert task.evaluator.__wrapped__ is layerwise_evaluator  # the default for link tasks too
     sampled, pos, neg = _sampled_triplets(task, "val")
     rows = layerwise_embeddings(task.bare, task.source.inference_view(), 37)
