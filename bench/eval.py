@@ -15,7 +15,8 @@ Every measurement runs in fresh processes, so each peak RSS (`ru_maxrss`, the la
 of the run) belongs to that evaluation mode alone (it includes loading the data / partition).
 Each process evaluates twice, as a training job does once per epoch: `first` includes one-time
 costs (numba kernels loaded, the view and its read plan built), the unprefixed time is the
-second evaluation.
+second evaluation. `eval_cpu` is the second evaluation's CPU time (all threads, summed over the
+ranks): on a shared machine wall times swing with the other users' load, CPU time far less.
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ def _local_child(mode: str, out: str, num_nodes: int, model_path: str, result: s
     model.eval()
     times, view = [], None
     for _ in range(2):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         if mode == "layerwise":
             view = view or local_view(data)
             acc = evaluate_layerwise(model, view, cfg.train.eval_chunk_size)
@@ -124,7 +125,9 @@ def _local_child(mode: str, out: str, num_nodes: int, model_path: str, result: s
             correct, count = _sampled_acc(model, _local_loaders(cfg, data))
             acc = {f"{s}_acc": correct[s] / count[s] for s in correct}
         times.append(time.perf_counter() - start)
-    torch.save({**acc, "first_s": times[0], "time_s": times[1], "peak_gb": _peak_gb()}, result)
+    cpu = time.process_time() - cpu
+    res = {"first_s": times[0], "time_s": times[1], "cpu_s": cpu, "peak_gb": _peak_gb()}
+    torch.save({**acc, **res}, result)
 
 
 def _local_loaders(cfg, data) -> dict:
@@ -189,15 +192,17 @@ def _dist_child(rank: int, world: int, ports: tuple[int, int], mode: str, out: s
     times, view = [], None
     for _ in range(2):
         torch.distributed.barrier()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         acc = _dist_eval(mode, cfg, ctx, part, model, view, str(root), ports[0])
         view = acc.pop("view")
         times.append(time.perf_counter() - start)
+    cpu = torch.tensor([time.process_time() - cpu])  # the warm evaluation, summed over ranks
+    torch.distributed.all_reduce(cpu)
     elapsed = torch.tensor([times[0], times[1], _peak_gb()])
     torch.distributed.all_reduce(elapsed, op=torch.distributed.ReduceOp.MAX)
     if rank == 0:
         res = dict(zip(("first_s", "time_s", "peak_gb"), elapsed.tolist(), strict=True))
-        torch.save({**acc, **res}, result)
+        torch.save({**acc, **res, "cpu_s": float(cpu)}, result)
     torch.distributed.barrier()
     if view is not None:
         view.close()
@@ -242,7 +247,7 @@ def _report(tag: str, res: dict[str, dict]) -> None:
     lw, sp = res["layerwise"], res["sampled"]
     ref = f"sampled [10,5], {tag}, same run"
     for key, metric, unit in (("time_s", "eval_time", "s"), ("first_s", "first_eval_time", "s"),
-                              ("peak_gb", "peak_rss", "GiB")):  # fmt: skip
+                              ("cpu_s", "eval_cpu", "s"), ("peak_gb", "peak_rss", "GiB")):  # fmt: skip
         suffix = "_gb" if unit == "GiB" else "_s"
         record(BENCH, f"{metric}_sampled_{tag}{suffix}", sp[key], unit)
         ratio = lw[key] / sp[key]

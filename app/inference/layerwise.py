@@ -15,6 +15,7 @@ O(#seeds · fan-out^L), and the result equals the full-graph forward (no samplin
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -63,10 +64,15 @@ class _Homogeneous:
     def edge_types(self, layer: int, types: set[str]) -> list[EdgeType]:
         return [EDGE]
 
+    def prepare(self, layer: int, rows: dict[str, Tensor]) -> dict[str, Any]:
+        """The layer's fetched rows as its chunks read them (`inference_rows`, once a layer)."""
+        prepare = getattr(self.net, "inference_rows", None)
+        return rows if prepare is None else {t: prepare(layer, h) for t, h in rows.items()}
+
     def layer(
-        self, layer: int, h_dst: Tensor, inputs: dict[EdgeType, tuple[Tensor, Block]]
+        self, layer: int, h_own: Tensor, lead: Tensor, inputs: dict[EdgeType, tuple[Tensor, Block]]
     ) -> Tensor:
-        h_src, block = inputs[EDGE]
+        h_src, block = inputs[EDGE]  # the block's `dst` marks the targets among the sources
         return self.net.inference_layer(layer, h_src, block)
 
 
@@ -77,45 +83,48 @@ class _Heterogeneous:
     def edge_types(self, layer: int, types: set[str]) -> list[EdgeType]:
         return self.net.inference_edge_types(layer, types)
 
+    def prepare(self, layer: int, rows: dict[str, Tensor]) -> dict[str, Any]:
+        return rows
+
     def layer(
-        self, layer: int, h_dst: Tensor, inputs: dict[EdgeType, tuple[Tensor, Block]]
+        self, layer: int, h_own: Tensor, lead: Tensor, inputs: dict[EdgeType, tuple[Tensor, Block]]
     ) -> Tensor:
-        return self.net.inference_layer(layer, h_dst, inputs)
+        return self.net.inference_layer(layer, h_own[lead], inputs)
 
 
-def _local_ids(cand: Tensor, lead: Tensor | None, slot: Tensor) -> tuple[Tensor, Tensor]:
-    """(the distinct values of `cand`, `cand` as indices into them); `lead` values come first.
+@dataclass
+class _ReadPlan:
+    """Where a rank's layer-wise reads land, computed once per view (every layer reuses it).
 
-    Values are row positions; `slot` is a scratch map position -> index, all -1 between calls
-    (left that way). O(len(cand)) with no sort: of duplicated writes to `slot` exactly one
-    survives, which picks one representative per distinct value.
+    Per node type: `needed`, the sorted ids whose rows this rank reads (its own and its halo),
+    and `mine_pos`, its own nodes as positions in them; per edge type: `col_pos`, every edge's
+    source as a position in them (the blocks' column indices).
     """
-    n_lead = 0 if lead is None else lead.numel()
-    if lead is not None:
-        slot[lead] = torch.arange(n_lead)
-    fresh = cand[slot[cand] < 0]
-    order = torch.arange(fresh.numel())
-    slot[fresh] = order
-    first = fresh[slot[fresh] == order]
-    slot[first] = n_lead + torch.arange(first.numel())
-    src = first if lead is None else torch.cat([lead, first])
-    col = slot[cand]
-    slot[src] = -1
-    return src, col
+
+    needed: dict[str, Tensor]
+    mine_pos: dict[str, Tensor]
+    col_pos: dict[EdgeType, Tensor]
 
 
-def _plan(view: GraphView) -> tuple[dict[str, Tensor], dict[EdgeType, Tensor]]:
-    """(per node type: the sorted ids whose rows this rank reads — its own and its halo; per
-    edge type: every edge's source as a position in them), computed once per view."""
+def _plan(view: GraphView) -> _ReadPlan:
+    """The view's `_ReadPlan`: O(nodes + edges) with one id -> position map per node type (no
+    sort: a mark per node, then a gather per edge)."""
     if "plan" not in view.cache:
-        parts: dict[str, list[Tensor]] = {t: [m] for t, m in view.mine.items()}
-        for et, (_, col) in view.edges.items():
-            parts[et[0]].append(col)
-        needed = {t: torch.unique(torch.cat(p)) for t, p in parts.items()}
-        col_pos = {
-            et: torch.searchsorted(needed[et[0]], col) for et, (_, col) in view.edges.items()
-        }
-        view.cache["plan"] = (needed, col_pos)
+        needed, pos_of = {}, {}
+        for t, mine in view.mine.items():
+            mark = torch.zeros(view.num_nodes[t], dtype=torch.bool)
+            mark[mine] = True
+            for et, (_, col) in view.edges.items():
+                if et[0] == t:
+                    mark[col] = True
+            needed[t] = mark.nonzero().view(-1)
+            pos_of[t] = torch.full((view.num_nodes[t],), -1, dtype=torch.long)
+            pos_of[t][needed[t]] = torch.arange(needed[t].numel())
+        view.cache["plan"] = _ReadPlan(
+            needed,
+            {t: pos_of[t][mine] for t, mine in view.mine.items()},
+            {et: pos_of[et[0]][col] for et, (_, col) in view.edges.items()},
+        )
     return view.cache["plan"]
 
 
@@ -135,15 +144,13 @@ class _Run:
         missing = [t for t in view.node_types if t not in self.inputs]
         if missing:
             raise ValueError(f"node types {missing} have neither features nor embeddings")
-        self.needed, self.col_pos = _plan(view)
-        self.slot = {
-            t: torch.full((ids.numel(),), -1, dtype=torch.long) for t, ids in self.needed.items()
-        }
+        self.plan = _plan(view)
 
     def _degrees(self) -> dict[EdgeType, Tensor]:
         if not getattr(self.net, "needs_degree", False):
             return {}
-        return {et: table[self.needed[et[0]]].view(-1) for et, table in self.view.degree.items()}
+        needed = self.plan.needed
+        return {et: table[needed[et[0]]].view(-1) for et, table in self.view.degree.items()}
 
     def run(self) -> NodeRows:
         """The final layer's tables (every node of every output type), still registered."""
@@ -161,9 +168,11 @@ class _Run:
                 for t in out_types
             }
             used = sorted({et[0] for et in ets} | set(out_types))
-            rows = {t: tables[t][self.needed[t]] for t in used}  # one batched read per owner
+            rows = {t: tables[t][self.plan.needed[t]] for t in used}  # one batched read per owner
+            rows = self.typed.prepare(layer, rows)
             for t in out_types:
                 self._layer(layer, t, [et for et in ets if et[-1] == t], rows, degrees, new[t])
+            del rows  # freed before the next layer's rows are read (peak: one layer's rows)
             view.backend.barrier()  # layer complete everywhere before anyone reads it
             for table in made:
                 view.backend.drop(table)
@@ -179,31 +188,32 @@ class _Run:
         degrees: dict[EdgeType, Tensor],
         out: Any,
     ) -> None:
+        """Layer `layer` of this rank's `ntype` nodes, chunk by chunk, into the table `out`.
+
+        Every chunk reads the layer's fetched `rows` in place (its blocks index them by
+        position): no per-chunk copy of source rows, whatever the chunk size.
+        """
         mine = self.view.mine[ntype]
         for start in range(0, mine.numel(), self.chunk):
             stop = min(start + self.chunk, mine.numel())
-            dst = mine[start:stop]
-            lead = torch.searchsorted(self.needed[ntype], dst)  # the targets' rows
-            inputs = {et: self._block(et, start, stop, lead, rows, degrees) for et in ets}
-            out[dst] = self.typed.layer(layer, rows[ntype][lead], inputs)
+            lead = self.plan.mine_pos[ntype][start:stop]  # the targets' own rows
+            inputs = {et: (rows[et[0]], self._block(et, start, stop, lead, degrees)) for et in ets}
+            out[mine[start:stop]] = self.typed.layer(layer, rows[ntype], lead, inputs)
 
     def _block(
-        self,
-        et: EdgeType,
-        start: int,
-        stop: int,
-        lead: Tensor,
-        rows: dict[str, Tensor],
-        degrees: dict[EdgeType, Tensor],
-    ) -> tuple[Tensor, Block]:
-        """(source rows, Block) of edge type `et` for the targets `mine[start:stop]` (at rows
-        `lead` of their type's fetched table)."""
-        crow_all = self.view.edges[et][0]
-        lo, hi = int(crow_all[start]), int(crow_all[stop])
-        same = et[0] == et[-1]
-        src, col = _local_ids(self.col_pos[et][lo:hi], lead if same else None, self.slot[et[0]])
-        degree = degrees[et][src] if et in degrees else None
-        return rows[et[0]][src], Block(crow_all[start : stop + 1] - lo, col, src.numel(), degree)
+        self, et: EdgeType, start: int, stop: int, lead: Tensor, degrees: dict[EdgeType, Tensor]
+    ) -> Block:
+        """The in-edges of edge type `et` of the targets `mine[start:stop]` (at rows `lead` of
+        their type's fetched rows), over every fetched row of the source type."""
+        crow = self.view.edges[et][0]
+        lo, hi = int(crow[start]), int(crow[stop])
+        return Block(
+            crow[start : stop + 1] - lo,
+            self.plan.col_pos[et][lo:hi],
+            self.plan.needed[et[0]].numel(),
+            degrees.get(et),
+            lead if et[0] == et[-1] else None,
+        )
 
 
 class NodeRows:

@@ -206,7 +206,7 @@ def _owned_csr(graph: dict[str, Tensor], ids: Tensor) -> tuple[Tensor, Tensor]:
 
 def _input_table(backend: DistBackend, name: str, ntype: str, num_rows: int, rows: Tensor) -> Any:
     """A layer-0 `DistTensor` whose shard (on the node's first trainer only) is the owned
-    `rows` (1-D rows become one column); other trainers of the node copy nothing."""
+    `rows` themselves (1-D rows become one column); other trainers of the node copy nothing."""
 
     def init(shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
         if shape[0] != rows.shape[0]:
@@ -214,7 +214,9 @@ def _input_table(backend: DistBackend, name: str, ntype: str, num_rows: int, row
                 f"{name}: the partition book gives part {backend.part_id} {shape[0]} rows but "
                 f"node_feats.pt holds {rows.shape[0]}; re-partition the graph"
             )
-        return torch.as_tensor(rows).to(dtype).reshape(shape).clone()
+        # no copy when the rows already have the dtype: inputs are only read (the partition's
+        # memory-mapped features, pages the training loaders share), never written
+        return torch.as_tensor(rows).to(dtype).reshape(shape)
 
     width = int(rows.shape[1]) if rows.dim() > 1 else 1
     return DistTensor(

@@ -215,20 +215,45 @@ class Block:
     """One layer-wise inference step: `n_dst` target nodes fed by `n_src` source rows.
 
     `crow` [n_dst + 1] / `col` are the targets' in-edges in CSR (destination rows, source row
-    positions). When sources and targets share a node type, the first `n_dst` source rows are
-    the targets themselves (DGL's block convention), so the root term and GAT's self-loops
-    read them; heterogeneous layers get the targets' rows separately. `src_degree` holds every
-    source's in-degree in the FULL graph (GCN's normalisation; None for models without it): a
-    target's in-edges are all in the block, but a source's are not.
+    positions). When sources and targets share a node type, `dst` [n_dst] gives the targets' own
+    rows among the sources (None: the first `n_dst` rows, DGL's block convention), so the root
+    term and GAT's self-loops read them; heterogeneous layers get the targets' rows separately.
+    The source rows may be many more than the block reads (layer-wise inference passes every row
+    it fetched for the layer, so nothing is copied per chunk): layers aggregate before they
+    transform, or `compact()` first. `src_degree` holds every source's in-degree in the FULL
+    graph (GCN's normalisation; None for models without it): a target's in-edges are all in the
+    block, but a source's are not.
     """
 
     def __init__(
-        self, crow: Tensor, col: Tensor, n_src: int, src_degree: Tensor | None = None
+        self,
+        crow: Tensor,
+        col: Tensor,
+        n_src: int,
+        src_degree: Tensor | None = None,
+        dst: Tensor | None = None,
     ) -> None:
         self.crow, self.col, self.n_src, self.src_degree = crow, col, n_src, src_degree
         self.n_dst = crow.numel() - 1
+        self.dst = dst
         counts = crow[1:] - crow[:-1]
         self.row = torch.repeat_interleave(torch.arange(self.n_dst), counts)
+
+    def targets(self, h: Tensor) -> Tensor:
+        """The targets' own rows of the source rows `h`."""
+        return h[: self.n_dst] if self.dst is None else h[self.dst]
+
+    def compact(self) -> tuple[Tensor, Block]:
+        """(the source positions this block reads, targets first; the block over just them),
+        for layers that transform every source row they are given (GAT)."""
+        first = torch.arange(self.n_dst) if self.dst is None else self.dst
+        pos = torch.full((self.n_src,), -1, dtype=torch.long)
+        pos[first] = torch.arange(self.n_dst)
+        rest = torch.unique(self.col[pos[self.col] < 0])
+        pos[rest] = self.n_dst + torch.arange(rest.numel())
+        src = torch.cat([first, rest])
+        degree = None if self.src_degree is None else self.src_degree[src]
+        return src, Block(self.crow, pos[self.col], src.numel(), degree)
 
     def mean_adjacency(self) -> CSR:
         """The `[n_dst, n_src]` CSR with weights 1/in-degree(dst): the product is the mean."""
@@ -239,9 +264,10 @@ class Block:
         """GCN's CSR (deg^-1/2(src) deg^-1/2(dst), full-graph degrees + 1) and self weights."""
         if self.src_degree is None:
             raise ValueError("GCN inference needs the full-graph in-degree of every source row")
-        dinv = (self.src_degree.to(torch.float32) + 1).rsqrt()
-        adj = CSR(self.crow, self.col, dinv[self.col] * dinv[self.row], self.row, self.n_src)
-        return adj, (dinv * dinv)[: self.n_dst]
+        dinv_dst = (self.targets(self.src_degree).to(torch.float32) + 1).rsqrt()
+        dinv_col = (self.src_degree[self.col].to(torch.float32) + 1).rsqrt()
+        adj = CSR(self.crow, self.col, dinv_col * dinv_dst[self.row], self.row, self.n_src)
+        return adj, dinv_dst * dinv_dst
 
     def edge_index(self) -> Tensor:
         """COO `[2, nnz]` (source row, target row), for edge-list convolutions (GAT)."""
@@ -283,8 +309,21 @@ class SAGELayer(nn.Module):
         _, n_out, _ = graph.edges(layer)
         return self.propagate(h, graph.adjacency(layer, values), n_out)
 
-    def infer(self, h: Tensor, block: Block) -> Tensor:
-        return self.propagate(h, block.mean_adjacency(), block.n_dst)
+    @property
+    def narrows(self) -> bool:
+        """Whether the layer shrinks the width (then projecting before aggregating is cheaper)."""
+        return self.lin_neigh.out_features < self.lin_neigh.in_features
+
+    def infer(self, h: Tensor | tuple[Tensor, Tensor], block: Block) -> Tensor:
+        """The block's targets from the source rows `h`, or `(h, h W_neigh^T)` (`narrows`: the
+        projection computed once for every chunk); else it aggregates first, so only the rows
+        the block reads are used."""
+        if isinstance(h, tuple):
+            h, projected = h
+            neigh = aggregate(block.mean_adjacency(), projected) + self.lin_neigh.bias
+        else:
+            neigh = self.lin_neigh(aggregate(block.mean_adjacency(), h))
+        return neigh + self.lin_root(block.targets(h))
 
     def propagate(self, h: Tensor, adj: CSR, n_out: int) -> Tensor:
         """The layer on the first `n_out` rows of `h`, neighbours given by `adj`."""
@@ -313,7 +352,9 @@ class GCNLayer(nn.Module):
         return self.propagate(h, graph.adjacency(layer, edge_w), self_w[:n_out])
 
     def infer(self, h: Tensor, block: Block) -> Tensor:
-        return self.propagate(h, *block.gcn_adjacency())
+        """The block's targets: `(A h + self_w h_dst) W + b` (aggregating first, as SAGE)."""
+        adj, self_w = block.gcn_adjacency()
+        return self.lin(aggregate(adj, h) + block.targets(h) * self_w[:, None]) + self.bias
 
     def propagate(self, h: Tensor, adj: CSR, self_w: Tensor) -> Tensor:
         """The layer on the first `len(self_w)` rows of `h` (`self_w`: their self-loop weights)."""
@@ -340,7 +381,8 @@ class GATLayer(nn.Module):
 
     def infer(self, h: Tensor, block: Block) -> Tensor:
         """Attention over each target's full in-neighbourhood (plus its self-loop)."""
-        return self.conv(h, block.edge_index())[: block.n_dst]
+        src, local = block.compact()
+        return self.conv(h[src], local.edge_index())[: block.n_dst]
 
 
 class SampledGNN(nn.Module):
@@ -411,8 +453,19 @@ class SampledGNN(nn.Module):
         """Output channels of `layer`."""
         return self.dims[layer + 1]
 
-    def inference_layer(self, layer: int, h_src: Tensor, block: Block) -> Tensor:
-        """Layer `layer` of the block's targets from layer `layer - 1` rows (eval semantics)."""
+    def inference_rows(self, layer: int, h: Tensor) -> Tensor | tuple[Tensor, Tensor]:
+        """What every chunk of `layer` reads, computed once per layer from its fetched rows `h`:
+        `h`, or `(h, h W_neigh^T)` for a SAGE layer that `narrows` (fewer columns to aggregate)."""
+        lyr = self.layers[layer]
+        if isinstance(lyr, SAGELayer) and lyr.narrows:
+            return h, h @ lyr.lin_neigh.weight.t()
+        return h
+
+    def inference_layer(
+        self, layer: int, h_src: Tensor | tuple[Tensor, Tensor], block: Block
+    ) -> Tensor:
+        """Layer `layer` of the block's targets from layer `layer - 1` rows (eval semantics;
+        `h_src` as `inference_rows` made it)."""
         h = self.layers[layer].infer(h_src, block)
         return F.relu(h) if layer < self.num_layers - 1 else h
 
@@ -450,7 +503,7 @@ class MLP(nn.Module):
 
     def inference_layer(self, layer: int, h_src: Tensor, block: Block) -> Tensor:
         """Layer `layer` of the block's targets (the first `n_dst` rows; edges are ignored)."""
-        h = self.lins[layer](h_src[: block.n_dst])
+        h = self.lins[layer](block.targets(h_src))
         return F.relu(h) if layer < len(self.lins) - 1 else h
 
     def forward(

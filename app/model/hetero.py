@@ -50,6 +50,10 @@ class BipartiteSAGE(nn.Module):
             neigh = F.linear(aggregate(adj, h_src), w, b)
         return neigh + self.lin_root(h_dst)
 
+    def infer(self, h_src: Tensor, h_dst: Tensor, adj: CSR) -> Tensor:
+        """Layer-wise inference: aggregates first, so only the source rows `adj` reads are used."""
+        return self.lin_neigh(aggregate(adj, h_src)) + self.lin_root(h_dst)
+
 
 class TypedEdges:
     """One edge type's edges grouped by destination (CSR) with mean weights 1/in-degree."""
@@ -160,7 +164,7 @@ class HeteroSAGE(nn.Module):
         convs = self.layers[layer]
         out = None
         for et, (h_src, block) in inputs.items():
-            msg = convs[edge_key(et)](h_src, h_dst, block.mean_adjacency())
+            msg = convs[edge_key(et)].infer(h_src, h_dst, block.mean_adjacency())
             out = msg if out is None else out + msg
         if out is None:
             raise ValueError(f"layer {layer}: no edge type feeds this node type")

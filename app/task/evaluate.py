@@ -3,19 +3,24 @@
 An evaluator is `(task, splits) -> {"<split>_<metric>": value}`, called by every rank from
 `Task.evaluate`; `choose_evaluator` picks one per task:
 
-* `layerwise_evaluator` (`train.eval_mode=layerwise`, node classification, a model with a
-  per-layer forward): `app.inference` computes every layer of every node from its full
-  in-neighbourhood, partition by partition, so accuracy is exact and each edge is touched once
-  per layer; the graph view is built once by the source and reused every evaluation.
+* `layerwise_evaluator` (`train.eval_mode=layerwise`, a model with a per-layer forward):
+  `app.inference` computes every layer of every node from its full in-neighbourhood, partition
+  by partition, so the result is exact and each edge is touched once per layer; the graph view
+  is built once by the source and reused every evaluation. Node classification: accuracy of
+  the last layer's logits. Link prediction: the last layer is every node's embedding, and the
+  task scores its held-out pairs and negatives from those rows (`Task.layerwise_results`),
+  summarised like sampled batches.
 * `sampled_evaluator`: each split's sampled loader through the task's `step`
   (`sampled_eval`): `acc` (correct / count), plus `auc` and `mrr` when the step yields scores /
   reciprocal ranks. Ranks may see different numbers of batches; only the final reductions
-  are collective. Link tasks evaluate this way (their held-out pairs and negatives).
+  are collective.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -23,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from app.task.metrics import all_reduce, binary_auc, dist_ready
-from app.task.step import Objective
+from app.task.step import Objective, StepResult
 
 log = logging.getLogger("distgnn.train")
 
@@ -40,34 +45,64 @@ def sampled_evaluator(task: Any, splits: tuple[str, ...]) -> dict[str, float]:
 
 
 def layerwise_evaluator(task: Any, splits: tuple[str, ...]) -> dict[str, float]:
-    """Accuracy of every split from exact layer-wise logits (all ranks, one pass)."""
-    from app.inference import evaluate_layerwise
+    """Every split's metrics from exact layer-wise inference (all ranks, one pass)."""
+    from app.inference import evaluate_layerwise, layerwise_embeddings
 
-    view = task.source.inference_view()
-    return evaluate_layerwise(task.bare, view, task.cfg.train.eval_chunk_size, splits)
+    view, chunk = task.source.inference_view(), task.cfg.train.eval_chunk_size
+    if task.cfg.train.objective == "node":
+        return evaluate_layerwise(task.bare, view, chunk, splits)
+    rows = layerwise_embeddings(task.bare, view, chunk)
+    try:
+        out: dict[str, float] = {}
+        for split in splits:
+            found = summarize(task.layerwise_results(rows, split))
+            out.update({f"{split}_{k}": v for k, v in found.items()})
+        return out
+    finally:
+        rows.close()
 
 
 def choose_evaluator(task: Any) -> Evaluator:
-    """Layer-wise where configured and possible, else sampled (one line says why)."""
-    if task.cfg.train.eval_mode != "layerwise":
-        return sampled_evaluator
-    if task.cfg.train.objective != "node":
-        log.info("train.eval_mode=layerwise: link tasks score held-out pairs sampled")
-        return sampled_evaluator
-    from app.inference import supports_layerwise
+    """Layer-wise where configured and possible, else sampled (one line says why); either
+    logs how long each evaluation took."""
+    evaluator = sampled_evaluator
+    if task.cfg.train.eval_mode == "layerwise":
+        from app.inference import supports_layerwise
 
-    return layerwise_evaluator if supports_layerwise(task.bare) else sampled_evaluator
+        evaluator = layerwise_evaluator if supports_layerwise(task.bare) else sampled_evaluator
+    return _timed(evaluator)
+
+
+def _timed(evaluator: Evaluator) -> Evaluator:
+    """`evaluator`, logging one line with its wall time per call (evaluation vs epoch time)."""
+    mode = "layer-wise" if evaluator is layerwise_evaluator else "sampled"
+
+    @functools.wraps(evaluator)  # `__wrapped__` names the evaluator chosen
+    def timed(task: Any, splits: tuple[str, ...]) -> dict[str, float]:
+        start = time.perf_counter()
+        out = evaluator(task, splits)
+        log.info("%s evaluation of %s: %.2f s", mode, "+".join(splits), time.perf_counter() - start)
+        return out
+
+    return timed
 
 
 @torch.no_grad()
 def sampled_eval(model: nn.Module, loader: Iterable, objective: Objective) -> dict[str, float]:
     """`acc` over all ranks, plus `auc` / `mrr` when the objective yields scores / ranks."""
     model.eval()
+    return summarize(objective(model, batch) for batch in loader)
+
+
+def summarize(results: Iterable[StepResult]) -> dict[str, float]:
+    """`acc` over all ranks, plus `auc` / `mrr` when the results carry scores / ranks.
+
+    Collective: every rank calls it once, whatever number of results it has (possibly none).
+    """
     correct = total = rr_sum = rr_count = 0.0
     scores: list[Tensor] = []
     labels: list[Tensor] = []
-    for batch in loader:
-        res = objective(model, batch)
+    for res in results:
         correct += res.correct
         total += res.count
         if res.scores is not None and res.labels is not None:

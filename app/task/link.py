@@ -5,11 +5,16 @@ at every node count: triplet batches with `train.eval_negatives` random destinat
 held-out positive; `mrr` ranks each positive among all of them, `auc` is the binary ROC-AUC of
 the positives against their FIRST negative (one negative per positive), and `acc` is the
 fraction of positives scored above all their negatives.
+
+Layer-wise evaluation (`train.eval_mode=layerwise`, `app.task.evaluate`) gets every node's
+embedding from exact full-neighbourhood inference and scores the same triplets from those rows
+(`layerwise_results`); its negatives are drawn once per rank and split from the loader seed, so
+every evaluation of a run ranks the positives against the same destinations.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -20,6 +25,7 @@ from torch_geometric.data import HeteroData
 from app.model.hetero import check_hetero_model
 from app.model.link import build_hetero_link_predictor, build_link_predictor
 from app.task.base import Task
+from app.task.source import SPLITS, loader_seed
 from app.task.step import StepResult
 
 
@@ -49,6 +55,41 @@ class LinkTask(Task):
 
     def step(self, model: nn.Module, batch: Any) -> StepResult:
         return link_step(model, batch)
+
+    def layerwise_results(self, rows: Any, split: str) -> Iterator[StepResult]:
+        """Triplet results of this rank's held-out `split` links from layer-wise embeddings
+        (`rows`: `app.inference.NodeRows`), `train.eval_negatives` random destinations each."""
+        edge_type, pos = self.source.link_edges(split)
+        num_dst = self.schema.num_nodes[edge_type[-1] if edge_type else ""]
+        gen = torch.Generator().manual_seed(
+            loader_seed(self.cfg, self.source.rank) * len(SPLITS) + SPLITS.index(split)
+        )
+        neg = torch.randint(num_dst, (pos.size(1), self.cfg.train.eval_negatives), generator=gen)
+        chunk = self.cfg.train.eval_chunk_size
+        return triplet_results(self.bare, rows, pos, neg, edge_type, chunk)
+
+
+@torch.no_grad()
+def triplet_results(
+    model: nn.Module,
+    rows: Any,
+    pos: Tensor,
+    neg: Tensor,
+    edge_type: Any,
+    chunk_size: int,
+) -> Iterator[StepResult]:
+    """`_triplet` results of positives `pos` [2, P] against destinations `neg` [P, r] (global
+    ids), scored by `model.score` from embedding `rows` (`rows(ids, node_type)`), about
+    `chunk_size` pairs at a time (each chunk reads its rows in one batched call per owner)."""
+    src_type, dst_type = (edge_type[0], edge_type[-1]) if edge_type else (None, None)
+    per = max(1, chunk_size // (1 + neg.size(1)))
+    for start in range(0, pos.size(1), per):
+        p, n = pos[:, start : start + per], neg[start : start + per]
+        dst = torch.cat([p[1].unsqueeze(1), n], dim=1)  # [B, 1 + r]: positive first
+        z_src = rows.rows(p[0], src_type)
+        z_dst = rows.rows(dst.reshape(-1), dst_type).view(*dst.shape, -1)
+        scores = model.score(z_src.unsqueeze(1).expand_as(z_dst), z_dst)
+        yield _triplet(scores[:, 0], scores[:, 1:], 0)
 
 
 def link_step(model: nn.Module, batch: Any) -> StepResult:

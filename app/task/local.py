@@ -48,7 +48,8 @@ class LocalSource(GraphSource):
     def _make_view(self) -> Any:
         from app.inference import local_view
 
-        return local_view(self.data)
+        link = self.cfg.train.objective == "link"  # link tasks pass messages on train edges only
+        return local_view(self._link_split()[0] if link else self.data)
 
     def node_seeds(self, split: str, node_type: str | None) -> Tensor:
         store = self.data if node_type is None else self.data[node_type]

@@ -6,7 +6,8 @@ writer into 1, 2 and 3 parts. Each trainer builds `partition_view`, runs
 `layerwise_logits` / `evaluate_layerwise` for SAGE, GCN and GAT (homogeneous) and HeteroSAGE
 with `DistEmbedding` inputs (heterogeneous), and compares its rows with the single-process
 full-graph forward of the same model (same seed) within 1e-4 relative, and the all-reduced
-accuracies with the reference's. The file is also the child-process entry (`python
+accuracies with the reference's; link predictors' triplet scores of each rank's own pairs
+(`app.task.link.triplet_results` over distributed layer-wise embeddings) likewise. The file is also the child-process entry (`python
 tests/dist/test_layerwise_dist.py SPEC ROLE NODE WORKER`), through `tests/dist/_procs.py`.
 """
 
@@ -167,7 +168,32 @@ def _check_homo(ctx, spec: dict) -> None:
         _close(got, ref[view.mine[view.target]], f"{kind}, part {ctx.partition_idx}")
         acc = evaluate_layerwise(model, view, CHUNK)
         assert acc == pytest.approx(reference_accuracy(ref, data)), f"{kind}: {acc}"
+    from app.model.link import Decoder, LinkPredictor
+
+    link = LinkPredictor(homo_model("sage"), Decoder("mlp", CLASSES)).eval()
+    _check_link(ctx, link, view, link.encoder(data.x, data.edge_index), None)
     view.close()
+
+
+def _check_link(ctx, model, view, z_src, z_dst) -> None:
+    """Triplet scores of this rank's own pairs from distributed layer-wise embeddings equal the
+    full-graph embeddings' (`z_dst` None: the same table)."""
+    from app.inference import layerwise_embeddings
+    from app.task.link import triplet_results
+
+    z_dst = z_src if z_dst is None else z_dst
+    gen = torch.Generator().manual_seed(40 + ctx.partition_idx)
+    num = 5 + 4 * ctx.partition_idx  # ranks score different numbers of pairs
+    pos = torch.stack([torch.randint(z_src.size(0), (num,), generator=gen),
+                       torch.randint(z_dst.size(0), (num,), generator=gen)])  # fmt: skip
+    neg = torch.randint(z_dst.size(0), (num, 3), generator=gen)
+    rows = layerwise_embeddings(model, view, CHUNK)
+    found = list(triplet_results(model, rows, pos, neg, model.edge_type, chunk_size=8))
+    rows.close()
+    got = torch.cat([r.scores.view(2, -1).t() for r in found])
+    ref = torch.stack([model.score(z_src[pos[0]], z_dst[pos[1]]),
+                       model.score(z_src[pos[0]], z_dst[neg[:, 0]])], dim=1)  # fmt: skip
+    _close(got, ref, f"link scores, part {ctx.partition_idx}")
 
 
 def _check_hetero(ctx, spec: dict) -> None:
@@ -209,6 +235,12 @@ def _check_hetero(ctx, spec: dict) -> None:
     _close(got, ref[view.mine["paper"]], f"hetero, part {ctx.partition_idx}")
     acc = evaluate_layerwise(model, view, CHUNK)
     assert acc == pytest.approx(reference_accuracy(ref, data["paper"])), f"hetero: {acc}"
+    from app.model.link import Decoder, HeteroLinkPredictor
+
+    edge_type = ("paper", "has_topic", "field")
+    link = HeteroLinkPredictor(gnn, Tables(), edge_type, Decoder("dot", CLASSES)).eval()  # type: ignore[arg-type]
+    z = gnn({"paper": data["paper"].x, **full}, data.edge_index_dict)
+    _check_link(ctx, link, view, z["paper"], z["field"])
     view.close()
 
 

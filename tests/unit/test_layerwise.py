@@ -144,3 +144,66 @@ def test_link_scores_from_layerwise_embeddings(graph, decoder):
     del graph.y, graph.val_mask  # a link graph needs no labels
     got = layerwise_link_scores(model, local_view(graph), 64, pairs)
     assert rel_err(got, model.score(z[pairs[0]], z[pairs[1]])) < 1e-4
+
+
+def _link_task(compose, hetero: bool, root):
+    from app.dataset import load_dataset
+    from app.dataset.mag import generate_mag, to_hetero_data
+    from app.task.link import LinkTask
+    from app.task.local import LocalSource
+
+    args = (f"+experiment={'mag_link' if hetero else 'products_link'}", "dataset.num_nodes=300",
+            f"dataset.root={root}", "model.decoder=mlp", "train.eval_negatives=4")  # fmt: skip
+    fan = compose(*args).sampler.num_neighbors  # full fan-out: every in-edge, every hop
+    full = [f"sampler.num_neighbors.{k}=[-1,-1]" for k in fan] if hetero else []
+    cfg = compose(*args, *(full or ["sampler.num_neighbors=[-1,-1]"]))
+    data = (
+        to_hetero_data(generate_mag(cfg.dataset, cfg.seed))
+        if hetero
+        else load_dataset(cfg.dataset, cfg.seed)
+    )
+    return LinkTask(cfg, LocalSource(cfg, data))
+
+
+@torch.no_grad()
+def _sampled_triplets(task, split: str):
+    """The sampled (full fan-out) evaluation's results, with its pairs as global ids."""
+    from app.task.link import _stores, link_step
+
+    model, results, pos, neg = task.bare.eval(), [], [], []
+    for batch in task.loaders[split]:
+        results.append(link_step(model, batch))
+        src, dst, _ = _stores(batch, model.edge_type)
+        n = src.src_index.numel()
+        pos.append(torch.stack([src.n_id[src.src_index], dst.n_id[dst.dst_pos_index]]))
+        neg.append(dst.n_id[dst.dst_neg_index].view(n, -1))
+    return results, torch.cat(pos, 1), torch.cat(neg)
+
+
+@pytest.mark.parametrize("hetero", [False, True])
+def test_link_metrics_equal_sampled_full_fanout(compose, hetero, tmp_path):
+    from app.inference import layerwise_embeddings
+    from app.task.evaluate import layerwise_evaluator, summarize
+    from app.task.link import triplet_results
+
+    task = _link_task(compose, hetero, tmp_path / "data")
+    assert task.evaluator.__wrapped__ is layerwise_evaluator  # the default for link tasks too
+    sampled, pos, neg = _sampled_triplets(task, "val")
+    rows = layerwise_embeddings(task.bare, task.source.inference_view(), 37)
+    found = list(triplet_results(task.bare, rows, pos, neg, task.bare.edge_type, chunk_size=30))
+    rows.close()
+
+    def cat(results, key):
+        return torch.cat([getattr(r, key).view(-1, r.count).t() for r in results])
+
+    # the same scores (positive, first negative) and, but where a negative IS the positive (an
+    # exact tie that float rounding may break either way), the same ranks
+    assert rel_err(cat(found, "scores"), cat(sampled, "scores")) < 1e-5
+    untied = (neg != pos[1].unsqueeze(1)).all(dim=1)
+    assert int(untied.sum()) > 0
+    rr = cat(found, "reciprocal_ranks")[untied]
+    assert torch.equal(rr, cat(sampled, "reciprocal_ranks")[untied])
+    assert set(summarize(found)) == set(summarize(sampled)) == {"acc", "auc", "mrr"}
+    metrics = task.evaluate(("val", "test"))  # the wired evaluator: its own negatives per split
+    assert set(metrics) == {f"{s}_{k}" for s in ("val", "test") for k in ("acc", "auc", "mrr")}
+    assert metrics == task.evaluate(("val", "test"))  # the same negatives every evaluation
