@@ -24,7 +24,7 @@ from torch_geometric.data.feature_store import _FieldStatus
 from app.distributed import rpc
 from app.distributed.graph_store import owner_of
 from app.distributed.halo_cache import HaloCache, load_or_fill
-from app.distributed.routing import split_by_owner
+from app.distributed.routing import Positions, merge_rows, route, split_by_owner, take
 from app.partition.book import DictPartitionBook, PartitionBook
 from app.partition.reader import PartitionData, load_partition
 
@@ -234,57 +234,42 @@ class LocalFeatureStore(FeatureStore):
         if split == {self.partition_idx: None}:
             return self.local_get(ids_np, group, attrs, alloc)
         halo = self._halo_cache() if cache else None
-        hits = None
+        hits = np.empty(0, np.int64)
         if halo is not None:  # cached rows: a pseudo-partition past the last real one
             remote = np.flatnonzero(owner != self.partition_idx)
-            hit, rows = halo.lookup(ids_np[remote], group)
-            if rows.size:
+            hit, hits = halo.lookup(ids_np[remote], group)
+            if hits.size:
                 owner = owner.copy()
                 owner[remote[hit]] = self.num_partitions
-                split, hits = split_by_owner(owner), rows
-        # positions per partition (None, "all of them", spelled out: the slow path from here)
-        split = {p: np.arange(ids_np.size) if i is None else i for p, i in split.items()}
-        if hits is not None:
-            cached = split.pop(self.num_partitions)
-            self.cache_hits += hits.size
-        if self.router is None and set(split) - {self.partition_idx}:
+                split = split_by_owner(owner)
+                self.cache_hits += hits.size
+        here = {self.partition_idx, self.num_partitions}  # answered in this process
+        if self.router is None and set(split) - here:
             raise RuntimeError(
                 f"ids of partitions {sorted(split)} requested but this store has no RPC router"
             )
-        calls = {  # every remote request is in flight before the local gather starts
-            p: rpc.call_partition(
-                self.router, p, "features", (group, torch.from_numpy(ids_np[idx]), attrs)
-            )
-            for p, idx in split.items()
-            if p != self.partition_idx
-        }
-        out: dict[str, np.ndarray] = {}
-        if hits is not None:
-            got = {a: torch.from_numpy(halo.rows(group, a)[hits]) for a in attrs}
-            self._place(out, cached, got, ids.numel(), alloc)
-        if self.partition_idx in split:
-            idx = split[self.partition_idx]
-            self._place(out, idx, self.local_get(ids_np[idx], group, attrs), ids.numel(), alloc)
-        for p, call in calls.items():
-            got = call.wait()
-            self._place(out, split[p], got, ids.numel(), alloc)
-            self.remote_rows += split[p].size
-            self.remote_bytes += sum(t.numel() * t.element_size() for t in got.values())
-        return {a: torch.from_numpy(v) for a, v in out.items()}
 
-    @staticmethod
-    def _place(
-        out: dict[str, np.ndarray],
-        idx: np.ndarray,
-        rows: dict[str, Tensor],
-        n: int,
-        alloc: Alloc | None,
-    ) -> None:
-        """Scatter one partition's rows into the request-ordered outputs (allocated once)."""
-        for a, t in rows.items():
-            if a not in out:
-                out[a] = (alloc or _empty)(a, (n, *t.shape[1:]), t.numpy().dtype)
-            out[a][idx] = t.numpy()
+        def call(p: int, where: Positions) -> rpc.PendingCall:
+            wire = (group, torch.from_numpy(take(ids_np, where)), attrs)
+            return rpc.call_partition(self.router, p, "features", wire)
+
+        def run(p: int, where: Positions) -> dict[str, Any]:
+            if p == self.partition_idx:
+                return self.local_get(take(ids_np, where), group, attrs)
+            return {a: halo.rows(group, a)[hits] for a in attrs}
+
+        answers = route(split, here, call, run)
+        for p, got in answers.items():
+            if p not in here:
+                self.remote_rows += ids_np.size if split[p] is None else split[p].size
+                self.remote_bytes += sum(t.numel() * t.element_size() for t in got.values())
+        out = {}
+        for a in attrs:
+            rows = {p: np.asarray(got[a]) for p, got in answers.items()}
+            first = next(iter(rows.values()))
+            dest = (alloc or _empty)(a, (ids_np.size, *first.shape[1:]), first.dtype)
+            out[a] = torch.from_numpy(merge_rows(split, rows, dest))
+        return out
 
     def lookup_features(
         self, index: Tensor, is_node_feat: bool = True, input_type: Group = None
