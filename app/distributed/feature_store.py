@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from numba import njit
 from torch import Tensor
 from torch_geometric.data import FeatureStore, TensorAttr
 from torch_geometric.data.feature_store import _FieldStatus
@@ -34,6 +35,29 @@ Alloc = Callable[[str, tuple, np.dtype], np.ndarray]  # (attr name, shape, dtype
 
 def _empty(_: str, shape: tuple, dtype: np.dtype) -> np.ndarray:
     return np.empty(shape, dtype)
+
+
+@njit(cache=True, nogil=True)
+def _copy_rows(src, rows, dst, pos):
+    """dst[pos[i]] = src[rows[i]], rows of bytes."""
+    for i in range(rows.size):
+        dst[pos[i], :] = src[rows[i], :]
+
+
+def _byte_rows(a: np.ndarray) -> np.ndarray:
+    """A C-contiguous array as a 2-D uint8 view, one row per leading index."""
+    return a.reshape(a.shape[0], -1).view(np.uint8)
+
+
+def gather_rows(src: np.ndarray, rows: np.ndarray, dst: np.ndarray, where: Positions) -> None:
+    """`dst[where] = src[rows]` (all of `dst` for None) in one pass: no temporary array, so a
+    batch's rows are copied once, straight into their output (e.g. shared memory)."""
+    if where is None:
+        np.take(src, rows, axis=0, out=dst)
+    elif rows.size and src.flags.c_contiguous and dst.flags.c_contiguous and src.size:
+        _copy_rows(_byte_rows(src), rows.astype(np.int64, copy=False), _byte_rows(dst), where)
+    elif rows.size:
+        dst[where] = src[rows]
 
 
 @dataclass
@@ -69,6 +93,7 @@ class LocalFeatureStore(FeatureStore):
         self._cache_want: tuple[int, Any] | None = None  # (rows, graph store to rank by)
         self._cache_lock = threading.Lock()
         self._views: dict[tuple[int, Any], np.ndarray] = {}
+        self._starts: dict[Group, int | None] = {}  # see `_range_start`
 
     # -- construction -------------------------------------------------------------------------
 
@@ -141,16 +166,32 @@ class LocalFeatureStore(FeatureStore):
         return self._global_id.get(group_name)
 
     def local_rows(self, ids: np.ndarray, group: Group = None) -> np.ndarray:
-        """Row of each (owned) global id: a searchsorted on the sorted ids; unowned → KeyError."""
+        """Row of each (owned) global id; unowned → KeyError. Owned ids that form one range
+        (relabelled partitions) map by subtraction, others by a searchsorted on the sorted ids."""
         gid = self._numpy(self._global_id, group)
-        pos = np.searchsorted(gid, ids)
-        np.minimum(pos, max(gid.size - 1, 0), out=pos)
-        if ids.size and (gid.size == 0 or not np.array_equal(gid[pos], ids)):
-            bad = ids[gid[pos] != ids][:5].tolist() if gid.size else ids[:5].tolist()
-            raise KeyError(
-                f"node ids {bad} (type {group}) are not owned by partition {self.partition_idx}"
-            )
-        return pos
+        start = self._range_start(group)
+        if start is not None:
+            pos = np.subtract(ids, start, dtype=np.int64)
+            if not ids.size or (int(pos.min()) >= 0 and int(pos.max()) < gid.size):
+                return pos
+        else:
+            pos = np.searchsorted(gid, ids)
+            np.minimum(pos, max(gid.size - 1, 0), out=pos)
+            if not ids.size or (gid.size and np.array_equal(gid[pos], ids)):
+                return pos
+        owned = np.isin(ids, gid)
+        raise KeyError(
+            f"node ids {ids[~owned][:5].tolist()} (type {group}) are not owned by partition "
+            f"{self.partition_idx}"
+        )
+
+    def _range_start(self, group: Group) -> int | None:
+        """First owned id when the owned ids are exactly one range, else None (cached)."""
+        if group not in self._starts:
+            gid = self._numpy(self._global_id, group)
+            whole = gid.size and int(gid[-1]) - int(gid[0]) + 1 == gid.size
+            self._starts[group] = int(gid[0]) if whole else None
+        return self._starts[group]
 
     def _numpy(self, table: dict, key: Any) -> np.ndarray:
         """Zero-copy numpy view of a stored tensor (cached: numpy gathers beat torch's here)."""
@@ -248,28 +289,31 @@ class LocalFeatureStore(FeatureStore):
             raise RuntimeError(
                 f"ids of partitions {sorted(split)} requested but this store has no RPC router"
             )
+        out = {}  # request-ordered outputs, allocated once; every part writes its rows in place
+        for a in attrs:
+            feat = self._numpy(self._feat, (group, a))
+            out[a] = (alloc or _empty)(a, (ids_np.size, *feat.shape[1:]), feat.dtype)
 
         def call(p: int, where: Positions) -> rpc.PendingCall:
             wire = (group, torch.from_numpy(take(ids_np, where)), attrs)
             return rpc.call_partition(self.router, p, "features", wire)
 
-        def run(p: int, where: Positions) -> dict[str, Any]:
-            if p == self.partition_idx:
-                return self.local_get(take(ids_np, where), group, attrs)
-            return {a: halo.rows(group, a)[hits] for a in attrs}
+        def run(p: int, where: Positions) -> None:
+            mine = p == self.partition_idx
+            rows = self.local_rows(take(ids_np, where), group) if mine else hits
+            for a in attrs:
+                src = self._numpy(self._feat, (group, a)) if mine else halo.rows(group, a)
+                gather_rows(src, rows, out[a], where)
 
         answers = route(split, here, call, run)
         for p, got in answers.items():
-            if p not in here:
-                self.remote_rows += ids_np.size if split[p] is None else split[p].size
-                self.remote_bytes += sum(t.numel() * t.element_size() for t in got.values())
-        out = {}
-        for a in attrs:
-            rows = {p: np.asarray(got[a]) for p, got in answers.items()}
-            first = next(iter(rows.values()))
-            dest = (alloc or _empty)(a, (ids_np.size, *first.shape[1:]), first.dtype)
-            out[a] = torch.from_numpy(merge_rows(split, rows, dest))
-        return out
+            if p in here:
+                continue
+            self.remote_rows += ids_np.size if split[p] is None else split[p].size
+            self.remote_bytes += sum(t.numel() * t.element_size() for t in got.values())
+            for a in attrs:
+                merge_rows(split, {p: got[a].numpy()}, out[a])
+        return {a: torch.from_numpy(v) for a, v in out.items()}
 
     def lookup_features(
         self, index: Tensor, is_node_feat: bool = True, input_type: Group = None
