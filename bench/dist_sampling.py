@@ -246,8 +246,8 @@ def _minflt() -> int:
 
 
 def _profile_endpoints(out: Path) -> None:
-    """cProfile every endpoint call this process serves (RPC threads: one profile per call,
-    merged) and write the merged stats to `out` at exit (`DISTGNN_BENCH_PROFILE=folder`)."""
+    """cProfile (in thread CPU time) every endpoint call this process serves (RPC threads: one
+    profile per call, merged) and write the merged stats to `out` at exit (`DISTGNN_BENCH_PROFILE=folder`)."""
     import atexit
     import cProfile
     import pstats
@@ -259,7 +259,7 @@ def _profile_endpoints(out: Path) -> None:
 
     def wrap(fn):
         def run(*args):
-            prof = cProfile.Profile()
+            prof = cProfile.Profile(time.thread_time)  # CPU seconds of this thread, not wall
             prof.enable()
             try:
                 return fn(*args)

@@ -39,9 +39,13 @@ def _empty(_: str, shape: tuple, dtype: np.dtype) -> np.ndarray:
 
 @njit(cache=True, nogil=True)
 def _copy_rows(src, rows, dst, pos):
-    """dst[pos[i]] = src[rows[i]], rows of bytes."""
+    """dst[pos[i]] = src[rows[i]], rows of bytes (an explicit inner loop: LLVM turns it into a
+    block copy; a slice assignment here is ~3x slower)."""
+    width = src.shape[1]
     for i in range(rows.size):
-        dst[pos[i], :] = src[rows[i], :]
+        r, p = rows[i], pos[i]
+        for j in range(width):
+            dst[p, j] = src[r, j]
 
 
 def _byte_rows(a: np.ndarray) -> np.ndarray:
