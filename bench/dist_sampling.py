@@ -12,9 +12,13 @@ timed batches (after the warm-up, which compiles kernels and fills the cache): s
 sampled edges/s (ratio to local), sampler CPU-seconds per batch (ratio to the local loader's),
 minor page faults per batch of sampler and trainer, remote hop requests / bytes and remote
 feature rows / bytes per batch (with the cache: ratio to without, and its hit rate), the
-shared-memory ring's depth; graph.pt bytes per edge of part 0; and the summed PSS of one node's
+shared-memory ring's depth; graph.pt bytes per edge of part 0 (ratio to the same tensors with
+int64 integers, the layout before compact storage); and the summed PSS of one node's
 processes vs the partition's on-disk bytes (plus the PSS of an idle process with the same
 imports = fixed overhead).
+
+`DISTGNN_BENCH_PROFILE=FOLDER` also writes each sampler process's cProfile of the endpoint calls
+it served (`sampler<node>_<cache rows>.prof`; read with `python -m pstats`).
 """
 
 from __future__ import annotations
@@ -114,13 +118,16 @@ def _disk_bytes(root: Path, part: int) -> int:
     return sum(f.stat().st_size for f in files if f.exists())
 
 
-def _graph_bytes(root: Path, part: int) -> tuple[int, int]:
-    """(bytes of part `part`'s graph.pt, its edges): what the topology costs per edge."""
+def _graph_bytes(root: Path, part: int) -> tuple[int, int, int]:
+    """(bytes of part `part`'s graph.pt, its edges, the bytes the same tensors take with every
+    integer stored as int64, the layout before compact storage): what topology costs per edge."""
     import torch
 
     path = root / f"part_{part}" / "graph.pt"
     g = torch.load(path, weights_only=True, mmap=True)
-    return path.stat().st_size, int(g["row"].numel())
+    tensors = [t for t in g.values() if isinstance(t, torch.Tensor)]
+    wide = sum(t.numel() * (8 if not t.is_floating_point() else t.element_size()) for t in tensors)
+    return path.stat().st_size, int(g["row"].numel()), wide
 
 
 def _launch(root: Path, workdir: Path, port: int, cache: int) -> dict[str, subprocess.Popen]:
@@ -238,12 +245,52 @@ def _minflt() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
+def _profile_endpoints(out: Path) -> None:
+    """cProfile (in thread CPU time) every endpoint call this process serves (RPC threads: one
+    profile per call, merged) and write the merged stats to `out` at exit (`DISTGNN_BENCH_PROFILE=folder`)."""
+    import atexit
+    import cProfile
+    import pstats
+    import threading
+
+    from app.distributed import endpoints
+
+    done, lock = [], threading.Lock()
+
+    def wrap(fn):
+        def run(*args):
+            prof = cProfile.Profile(time.thread_time)  # CPU seconds of this thread, not wall
+            prof.enable()
+            try:
+                return fn(*args)
+            finally:
+                prof.disable()
+                with lock:
+                    done.append(prof)
+
+        return run
+
+    def dump() -> None:
+        if done:
+            stats = pstats.Stats(done[0])
+            for prof in done[1:]:
+                stats.add(prof)
+            stats.dump_stats(out)
+
+    endpoints._table.update({name: wrap(fn) for name, fn in endpoints._table.items()})
+    atexit.register(dump)
+
+
 def _child(role: str, node: int, root: str, workdir: str, port: int, cache: int) -> int:
     from app.config import Config
     from app.distributed import DistContext, DistNeighborLoader, workers
 
     rt = _runtime(role, node, root, workdir, port)
     if role == "sampler":
+        if os.environ.get("DISTGNN_BENCH_PROFILE"):
+            _profile_endpoints(
+                Path(os.environ["DISTGNN_BENCH_PROFILE"], f"sampler{node}_{cache}.prof")
+            )
         return workers.serve(rt, Config())
     ctx = DistContext.from_runtime(rt)
     failed = True
@@ -329,8 +376,10 @@ def main() -> None:
         record(BENCH, f"dist2_rank{r}_remote_feature_bytes_vs_nocache", res["feature_bytes"] / n,
                "bytes", f"dist2_nocache_rank{r}_feature_bytes_per_batch",
                (res["feature_bytes"] / n) / max(off["feature_bytes"] / m, 1))  # fmt: skip
-    graph = dist["graph_node0"]
-    record(BENCH, "partition0_graph_bytes_per_edge", graph[0] / graph[1], "bytes/edge")
+    size, edges, wide = dist["graph_node0"]
+    record(BENCH, "partition0_int64_graph_bytes_per_edge", wide / edges, "bytes/edge")
+    record(BENCH, "partition0_graph_bytes_per_edge", size / edges, "bytes/edge",
+           "partition0_int64_graph_bytes_per_edge", size / wide)  # fmt: skip
     idle = _idle_pss()
     disk, pss = dist["disk_node0"], dist["pss_node0"]
     record(BENCH, "partition0_disk_bytes", disk, "bytes")

@@ -34,14 +34,13 @@ from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 from app.distributed import endpoints, rpc
 from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.graph_store import LocalGraphStore
-from app.distributed.routing import split_by_owner
+from app.distributed.routing import HopResult, merge_ragged, route, split_by_owner, take
 from app.loader.batch import to_data, to_hetero_data
 from app.sampler.kernel import STRATEGIES, Relabeler, derive_seed, hop_seed, sample_hop
 
 EdgeType = tuple[str, str, str]
 # (edge type or None, frontier global ids, fan-out, seed, seed time per frontier entry or None)
 Job = tuple[Any, np.ndarray, int, int, np.ndarray | None]
-HopResult = tuple[np.ndarray, np.ndarray, np.ndarray]  # (neighbour ids, edge ids, counts)
 
 
 _samplers: dict[str, Any] = {}  # this process's samplers by spec (see `sampler_for`)
@@ -179,30 +178,29 @@ class DistNeighborSampler:
             split_by_owner(gs.owner(job[1], t)) for job, t in zip(jobs, node_types, strict=False)
         ]
         present = sorted({p for sp in splits for p in sp})
-        calls = {}
-        for p in present:
-            if p == self.partition_idx:
-                continue
-            if self.router is None:
-                raise RuntimeError(f"frontier nodes on partition {p} but no RPC router is set")
-            sub = _subjobs(jobs, splits, p, torch.from_numpy)
-            calls[p] = rpc.call_partition(self.router, p, "hop", (sub, self.replace, self.strategy))
-            self.stats.add(1, sum(job[1].numel() * (16 if self.temporal else 8) for job in sub))
-        results: dict[int, list[HopResult]] = {}
-        if self.partition_idx in present:
-            sub = _subjobs(jobs, splits, self.partition_idx, lambda a: a)
-            results[self.partition_idx] = local_hop(gs, sub, self.replace, self.strategy)
-        for p, call in calls.items():
-            got = call.wait()
-            self.stats.add(0, sum(sum(t.numel() * 8 for t in r) for r in got))
-            results[p] = [tuple(t.numpy() for t in r) for r in got]
+        if self.router is None and set(present) - {self.partition_idx}:
+            raise RuntimeError(f"frontier nodes on partitions {present} but no RPC router is set")
+        work = {p: _subjobs(jobs, splits, p) for p in present}
+        results = route(work, {self.partition_idx}, self._call_hop, self._run_hop)
         merged = []
         for i, job in enumerate(jobs):
             pieces = [
                 (splits[i][p], results[p][_pos(splits, i, p)]) for p in present if p in splits[i]
             ]
-            merged.append(_merge(pieces, job[1].size))
+            merged.append(merge_ragged(pieces, job[1].size))
         return merged
+
+    def _call_hop(self, part: int, sub: list) -> rpc.PendingCall:
+        """Start one hop of `sub` (this hop's jobs, cut to `part`'s frontier) on `part`."""
+        wire = [(et, torch.from_numpy(f), k, sd, _torch(t)) for et, f, k, sd, t in sub]
+        self.stats.add(1, sum(job[1].numel() * (16 if self.temporal else 8) for job in wire))
+        return _HopCall(
+            rpc.call_partition(self.router, part, "hop", (wire, self.replace, self.strategy)),
+            self.stats,
+        )
+
+    def _run_hop(self, _: int, sub: list) -> list[HopResult]:
+        return local_hop(self.graph_store, sub, self.replace, self.strategy)
 
     # -- multi-hop ----------------------------------------------------------------------------
 
@@ -469,17 +467,29 @@ def _check_temporal(graph_store: LocalGraphStore, time_attr: str | None, strateg
     return True
 
 
-def _subjobs(jobs: Sequence[Job], splits: list, p: int, wrap: Any) -> list:
+def _subjobs(jobs: Sequence[Job], splits: list, p: int) -> list:
     """Jobs restricted to partition p's frontier nodes (jobs without any are left out)."""
-
-    def cut(a: np.ndarray | None, i: int) -> Any:
-        return None if a is None else wrap(a if splits[i][p] is None else a[splits[i][p]])
-
     return [
-        (et, cut(f, i), k, sd, cut(t, i))
+        (et, take(f, splits[i][p]), k, sd, None if t is None else take(t, splits[i][p]))
         for i, (et, f, k, sd, t) in enumerate(jobs)
         if p in splits[i]
     ]
+
+
+def _torch(a: np.ndarray | None) -> Tensor | None:
+    return None if a is None else torch.from_numpy(a)
+
+
+class _HopCall:
+    """A remote hop in flight; `wait()` gives numpy results and counts the bytes received."""
+
+    def __init__(self, call: rpc.PendingCall, stats: HopStats) -> None:
+        self.call, self.stats = call, stats
+
+    def wait(self) -> list[HopResult]:
+        got = self.call.wait()
+        self.stats.add(0, sum(sum(t.numel() * 8 for t in r) for r in got))
+        return [tuple(t.numpy() for t in r) for r in got]
 
 
 def _pos(splits: list, i: int, p: int) -> int:
@@ -489,27 +499,6 @@ def _pos(splits: list, i: int, p: int) -> int:
 
 def _cat(chunks: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(chunks) if chunks else np.empty(0, np.int64)
-
-
-def _merge(pieces: list[tuple[np.ndarray | None, HopResult]], n: int) -> HopResult:
-    """Interleave per-partition hop results back into frontier order.
-
-    `pieces`: (frontier positions, or None for all, (nbrs, eids, counts) of those positions).
-    """
-    if len(pieces) == 1 and pieces[0][0] is None:
-        return pieces[0][1]
-    counts = np.zeros(n, np.int64)
-    for idx, (_, _, c) in pieces:
-        counts[idx] = c
-    offsets = np.cumsum(counts) - counts
-    total = int(counts.sum())
-    nbrs, eids = np.empty(total, np.int64), np.empty(total, np.int64)
-    for idx, (nb, eid, c) in pieces:
-        c = c.astype(np.int64, copy=False)
-        # element j of this piece goes to offsets[its node] + (j - start of its node in the piece)
-        pos = np.arange(nb.size) + np.repeat(offsets[idx] - (np.cumsum(c) - c), c)
-        nbrs[pos], eids[pos] = nb, eid
-    return nbrs, eids, counts
 
 
 def _thaw(num_neighbors: Any) -> Any:

@@ -1,10 +1,11 @@
-"""What a process holding partition p answers over RPC, and the sampler-process main loop.
+"""What a process holding partition p answers over RPC: the service table, by endpoint name.
 
 Any process that holds a partition (every sampler process; a trainer sampling in-process)
 registers its stores (`endpoints.register`) BEFORE joining the RPC group, so no request can
 arrive first. The `remote_*` functions below are the service table, every endpoint a peer can
 call, by name (`rpc.call_async(peer, "hop", args)`): hop (with optional seed times), features,
-sample_batch (with optional seed times), sample_edges, stats, ping, stop. They run on this
+sample_batch (with optional seed times), sample_edges, tensor_pull / tensor_push / tensor_apply
+(DistTensor rows, served by the process holding the shard), stats, ping, stop. They run on this
 process's RPC threads against the registered stores.
 
 The sampler process that serves them (`run_sampler`) and its lifecycle live in `workers`.
@@ -20,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from app.distributed import endpoints
+from app.distributed import endpoints, tensor
 from app.distributed.endpoints import endpoint
 from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.graph_store import LocalGraphStore
@@ -70,6 +71,24 @@ def remote_sample_edges(
     alloc = SlotWriter(slot) if slot else None
     data = sampler_for(spec).sample_edges(batch, mode, seed, alloc)
     return alloc.export(data) if alloc else data
+
+
+@endpoint("tensor_pull")
+def remote_tensor_pull(name: str, ids: Tensor) -> Tensor:
+    """Rows `ids` of the DistTensor `name` whose shard this process holds."""
+    return tensor.pull(name, ids)
+
+
+@endpoint("tensor_push")
+def remote_tensor_push(name: str, ids: Tensor, values: Tensor) -> None:
+    """Overwrite rows `ids` of the DistTensor `name` (this process holds its shard)."""
+    tensor.push(name, ids, values)
+
+
+@endpoint("tensor_apply")
+def remote_tensor_apply(name: str, update: str, hyper: dict, ids: Tensor, grads: Tensor) -> None:
+    """One sparse optimizer step (`tensor.UPDATES[update]`) on rows `ids` of DistTensor `name`."""
+    tensor.apply_update(name, update, hyper, ids, grads)
 
 
 @endpoint("stats")

@@ -4,12 +4,15 @@ Row `i` lives on the partition that owns node `i` (the partition book decides), 
 process `trainer<p>.0` of that node; every other process reads and writes it by RPC. Reads and
 writes are batched: one call per owning partition, all issued before any is awaited.
 
-Owners answer through module-level functions (`_pull`, `_push`, `_apply`) that find the shard by
-name in this process's registry, so any RPC worker can serve them without extra plumbing.
+Owners answer the endpoints "tensor_pull", "tensor_push" and "tensor_apply" (see `server`) with
+the module-level `pull`, `push` and `apply_update`, which find the shard by name in this
+process's registry; the routing (split by owner, remote calls, local part meanwhile, merge) is
+`app.distributed.routing`'s, so failures are `PeerError`s bounded by the job's RPC timeout.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -18,6 +21,7 @@ from typing import Protocol
 import torch
 
 from app.distributed import rpc
+from app.distributed.routing import Positions, merge_rows, route, split_by_owner, take
 from app.distributed.rpc import PeerError
 from app.runtime import worker_name
 
@@ -95,48 +99,38 @@ class DistTensor:
             raise IndexError(f"DistTensor {self.name!r}: ids not owned by partition {self.part_id}")
         return rows
 
-    def _split(self, ids: torch.Tensor) -> dict[int, torch.Tensor]:
-        """Positions into `ids` grouped by owning partition."""
-        parts = self.book.partition_of(ids)
-        return {int(p): torch.nonzero(parts == p).flatten() for p in torch.unique(parts)}
+    def _route(
+        self, op: str, ids: torch.Tensor, *payload: torch.Tensor, extra: tuple = ()
+    ) -> tuple:
+        """Run `op` ("pull", "push", "apply") on the owners of `ids`, each with its rows of
+        `ids` and `payload` (the local shard in-process); (split, answers by partition)."""
+        split = split_by_owner(self.book.partition_of(ids).numpy())
 
-    def _call_all(self, fn, ids: torch.Tensor, *payload: torch.Tensor) -> dict[int, object]:
-        """Run `fn(name, ids_p, payload_p...)` on every owner of `ids`; local ones in-process."""
-        groups = self._split(ids)
-        futures, results = {}, {}
-        for part, where in groups.items():
-            args = (self.name, ids[where], *(t[where] for t in payload))
-            if part == self.part_id and self.is_owner:
-                continue
-            futures[part] = rpc.call_async(owner_name(part), fn, args, part)
-        for part, where in groups.items():
-            if part == self.part_id and self.is_owner:
-                results[part] = fn(self.name, ids[where], *(t[where] for t in payload))
-        for part, fut in futures.items():
-            try:
-                results[part] = fut.wait()  # bounded by the job's RPC timeout
-            except PeerError as err:  # one line naming the peer (see `rpc.describe_failure`)
-                raise DistTensorError(
-                    f"DistTensor {self.name!r}: {fn.__name__[1:]} failed: {err}"
-                ) from None
-        return results
+        def args(where: Positions) -> tuple:
+            return (self.name, *extra, take(ids, where), *(take(t, where) for t in payload))
+
+        def call(part: int, where: Positions) -> rpc.PendingCall:
+            return rpc.call_async(owner_name(part), f"tensor_{op}", args(where), part)
+
+        try:
+            return split, route(split, {self.part_id} if self.is_owner else (), call,
+                                lambda _, where: OPS[op](*args(where)))  # fmt: skip
+        except PeerError as err:  # one line naming the peer (see `rpc.describe_failure`)
+            raise DistTensorError(f"DistTensor {self.name!r}: {op} failed: {err}") from None
 
     def __getitem__(self, ids: torch.Tensor) -> torch.Tensor:
         ids = torch.as_tensor(ids, dtype=torch.long)
         out = torch.empty((len(ids), *self.shape[1:]), dtype=self.dtype)
-        results = self._call_all(_pull, ids)
-        for part, where in self._split(ids).items():
-            out[where] = results[part]
-        return out
+        return merge_rows(*self._route("pull", ids), out)
 
     def __setitem__(self, ids: torch.Tensor, values: torch.Tensor) -> None:
         ids = torch.as_tensor(ids, dtype=torch.long)
         values = torch.as_tensor(values, dtype=self.dtype).expand(len(ids), *self.shape[1:])
-        self._call_all(_push, ids, values.contiguous())
+        self._route("push", ids, values.contiguous())
 
     def apply(self, update: str, ids: torch.Tensor, grads: torch.Tensor, hyper: dict) -> None:
-        """Apply a sparse optimizer `update` to rows `ids` on their owners (see `app.distributed.optim`)."""
-        self._call_all(_ApplyCall(update, hyper), ids, grads)
+        """Apply the sparse optimizer `update` (see `UPDATES`) to rows `ids` on their owners."""
+        self._route("apply", ids, grads, extra=(update, hyper))
 
 
 def lookup(name: str) -> DistTensor:
@@ -156,28 +150,66 @@ def unregister(name: str) -> None:
         _REGISTRY.pop(name, None)
 
 
-def _pull(name: str, ids: torch.Tensor) -> torch.Tensor:
+def pull(name: str, ids: torch.Tensor) -> torch.Tensor:
+    """Owned rows `ids` of tensor `name` (the "tensor_pull" endpoint)."""
     t = lookup(name)
     with t.lock:
         return t.local.index_select(0, t.local_rows(ids))
 
 
-def _push(name: str, ids: torch.Tensor, values: torch.Tensor) -> None:
+def push(name: str, ids: torch.Tensor, values: torch.Tensor) -> None:
+    """Overwrite owned rows `ids` of tensor `name` (the "tensor_push" endpoint)."""
     t = lookup(name)
     with t.lock:
         t.local.index_copy_(0, t.local_rows(ids), values)
 
 
-class _ApplyCall:
-    """A picklable callable: `(name, ids, grads) -> None` running one sparse update on the owner."""
+def apply_update(
+    name: str, update: str, hyper: dict, ids: torch.Tensor, grads: torch.Tensor
+) -> None:
+    """One sparse optimizer step on owned rows `ids` of `name` (the "tensor_apply" endpoint)."""
+    t = lookup(name)
+    with t.lock:
+        UPDATES[update](t, t.local_rows(ids), grads, hyper)
 
-    def __init__(self, update: str, hyper: dict) -> None:
-        self.update, self.hyper = update, hyper
-        self.__name__ = f"_{update}"
 
-    def __call__(self, name: str, ids: torch.Tensor, grads: torch.Tensor) -> None:
-        from app.distributed.optim import UPDATES
+OPS = {"pull": pull, "push": push, "apply": apply_update}
 
-        t = lookup(name)
-        with t.lock:
-            UPDATES[self.update](t, t.local_rows(ids), grads, self.hyper)
+
+# -- sparse optimizer updates, run by the shard's owner on its rows and optimizer state ----------
+# (`app.distributed.optim` sends them; the rules live here, beside the shard they change.)
+# Rows are unique (the embedding sums duplicates first), so each state tensor is gathered once
+# and written back once with index_copy_. The rules match `torch.optim.Adagrad` on sparse
+# gradients and `torch.optim.SparseAdam`.
+
+
+def _state(t: DistTensor, key: str) -> torch.Tensor:
+    if not hasattr(t, "opt_state"):
+        t.opt_state = {}
+    if key not in t.opt_state:
+        t.opt_state[key] = torch.zeros_like(t.local)
+    return t.opt_state[key]
+
+
+def adagrad_update(t: DistTensor, rows: torch.Tensor, grad: torch.Tensor, h: dict) -> None:
+    total = _state(t, "sum")
+    s = total.index_select(0, rows).addcmul_(grad, grad)
+    total.index_copy_(0, rows, s)
+    w = t.local.index_select(0, rows).sub_(h["lr"] * grad / s.sqrt_().add_(h["eps"]))
+    t.local.index_copy_(0, rows, w)
+
+
+def adam_update(t: DistTensor, rows: torch.Tensor, grad: torch.Tensor, h: dict) -> None:
+    beta1, beta2 = h["betas"]
+    exp_avg, exp_avg_sq = _state(t, "exp_avg"), _state(t, "exp_avg_sq")
+    m = exp_avg.index_select(0, rows).lerp_(grad, 1 - beta1)
+    v = exp_avg_sq.index_select(0, rows).lerp_(grad * grad, 1 - beta2)
+    exp_avg.index_copy_(0, rows, m)
+    exp_avg_sq.index_copy_(0, rows, v)
+    step = h["step"]
+    step_size = h["lr"] * math.sqrt(1 - beta2**step) / (1 - beta1**step)
+    w = t.local.index_select(0, rows).sub_(step_size * m / v.sqrt_().add_(h["eps"]))
+    t.local.index_copy_(0, rows, w)
+
+
+UPDATES = {"adagrad": adagrad_update, "adam": adam_update}

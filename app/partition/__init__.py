@@ -14,17 +14,13 @@
 import importlib
 from typing import Any
 
-from app.partition.book import (
-    DictPartitionBook,
-    PartitionBook,
-    RangePartitionBook,
-    load_partition_book,
-)
+from app.partition.book import DictPartitionBook, PartitionBook, RangePartitionBook
 from app.partition.reader import (
     FORMAT_VERSION,
     PartitionData,
     PartitionError,
     load_partition,
+    load_partition_book,
     read_meta,
 )
 

@@ -8,7 +8,6 @@ Both expose `partition_of(ids) -> Tensor` and `num_parts`, so callers never care
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -68,28 +67,9 @@ def book_from_meta(meta: dict[str, Any], node_map: Any) -> PartitionBook | dict[
     }
 
 
-def load_partition_book(root: str | Path, ntype: str | None = None) -> PartitionBook:
-    """Load the node partition book of `root` (of node type `ntype` for a hetero partition).
-
-    A range book needs only META.json; a dict book loads `node_map.pt` memory-mapped.
-    """
-    from app.partition.reader import PartitionError, map_files, read_meta, torch_load
-
-    root = Path(root)
-    meta = read_meta(root)
-    if meta["is_hetero"] and ntype not in meta["node_types"]:
-        raise PartitionError(f"ntype={ntype!r}: expected one of {meta['node_types']}")
-    key = ntype if meta["is_hetero"] else None
-    bounds = meta.get("node_bounds")
-    if bounds:
-        return RangePartitionBook(bounds[ntype] if meta["is_hetero"] else bounds)
-    return DictPartitionBook(torch_load(root / map_files(meta, "node_map")[key]), meta["num_parts"])
-
-
 __all__ = [
     "DictPartitionBook",
     "PartitionBook",
     "RangePartitionBook",
     "book_from_meta",
-    "load_partition_book",
 ]

@@ -20,7 +20,12 @@ from typing import Any
 import torch
 import xxhash
 
-from app.partition.book import PartitionBook, book_from_meta
+from app.partition.book import (
+    DictPartitionBook,
+    PartitionBook,
+    RangePartitionBook,
+    book_from_meta,
+)
 
 FORMAT_VERSION = 1
 META_FILE = "META.json"
@@ -137,6 +142,22 @@ def map_files(meta: dict[str, Any], name: str) -> dict[Any, str]:
         return {None: f"{name}.pt"}
     types = meta["edge_types"] if name == "edge_map" else meta["node_types"]
     return {t: f"{name}/{type_str(t)}.pt" for t in types}
+
+
+def load_partition_book(root: str | Path, ntype: str | None = None) -> PartitionBook:
+    """Load the node partition book of `root` (of node type `ntype` for a hetero partition).
+
+    A range book needs only META.json; a dict book loads `node_map.pt` memory-mapped.
+    """
+    root = Path(root)
+    meta = read_meta(root)
+    if meta["is_hetero"] and ntype not in meta["node_types"]:
+        raise PartitionError(f"ntype={ntype!r}: expected one of {meta['node_types']}")
+    key = ntype if meta["is_hetero"] else None
+    bounds = meta.get("node_bounds")
+    if bounds:
+        return RangePartitionBook(bounds[ntype] if meta["is_hetero"] else bounds)
+    return DictPartitionBook(torch_load(root / map_files(meta, "node_map")[key]), meta["num_parts"])
 
 
 def node_time_files(meta: dict[str, Any]) -> dict[Any, str]:

@@ -21,9 +21,8 @@ from app.config import Config
 from app.distributed.context import DistContext
 from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.graph_store import LocalGraphStore
-from app.partition.book import load_partition_book
 from app.partition.link import HETERO_LINK_TYPE, load_held_out
-from app.partition.reader import load_partition
+from app.partition.reader import load_partition, load_partition_book
 from app.runtime import Runtime
 from app.task.metrics import all_reduce
 from app.task.source import EdgeType, GraphSource, Schema, eval_cap, resolve_device

@@ -1,11 +1,11 @@
 """No import cycle inside `app/`: modules are layered, so each can be read (and loaded) alone.
 
-An edge A -> B is an import of app module B executed when A is loaded: the statements at module
-level (also inside module-level `try` / `if`, but not under `if TYPE_CHECKING:`, which never
-runs). `from pkg import name` counts as an import of `pkg.name` when that is a module, else of
-`pkg`. Imports inside functions are NOT edges: they run later, when every module is loaded,
-which is how a lazy dependency is meant to be written; a package's `__init__` importing its
-submodules is not a cycle either (importing `pkg.mod` runs `pkg/__init__` first by design).
+An edge A -> B is ANY import of app module B written in A: at module level, inside `try` / `if`,
+and inside functions and classes too (a function-level import that closes a cycle is still a
+cycle: the two modules cannot be understood, tested or moved apart). Only `if TYPE_CHECKING:`
+blocks are left out (they never run). `from pkg import name` counts as an import of `pkg.name`
+when that is a module, else of `pkg`. A package's `__init__` importing its submodules is not a
+cycle (importing `pkg.mod` runs `pkg/__init__` first by design).
 """
 
 from __future__ import annotations
@@ -26,19 +26,17 @@ def _modules() -> dict[str, Path]:
     return {_module_name(p): p for p in APP.rglob("*.py")}
 
 
-def _top_level_imports(tree: ast.Module) -> list[ast.stmt]:
-    """Import statements that run when the module is loaded."""
+def _imports(tree: ast.Module) -> list[ast.stmt]:
+    """Every import statement in the module, at any depth, except under `if TYPE_CHECKING:`."""
     out, todo = [], list(tree.body)
     while todo:
         node = todo.pop()
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             out.append(node)
-        elif isinstance(node, ast.If):
-            if "TYPE_CHECKING" not in ast.unparse(node.test):
-                todo += node.body + node.orelse
-        elif isinstance(node, ast.Try):
-            todo += node.body + node.orelse + node.finalbody
-            todo += [s for h in node.handlers for s in h.body]
+        elif isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            todo += node.orelse
+        else:
+            todo += ast.iter_child_nodes(node)
     return out
 
 
@@ -46,7 +44,7 @@ def _edges(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     is_pkg = path.name == "__init__.py"
     package = name if is_pkg else name.rpartition(".")[0]
     out = set()
-    for node in _top_level_imports(ast.parse(path.read_text())):
+    for node in _imports(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         else:
@@ -94,7 +92,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def test_no_module_level_import_cycle_in_app():
+def test_no_import_cycle_in_app():
     modules = _modules()
     graph = {name: _edges(name, path, modules) for name, path in modules.items()}
     assert not _cycles(graph), f"import cycles inside app/: {_cycles(graph)}"
@@ -102,3 +100,16 @@ def test_no_module_level_import_cycle_in_app():
 
 def test_the_check_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_function_level_imports_are_edges_but_type_checking_ones_are_not():
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    import app.hidden\n"
+        "def f():\n    from app.lazy import thing\n"
+        "class C:\n    def g(self):\n        import app.deep\n"
+    )
+    found = {
+        a.name if isinstance(n, ast.Import) else n.module for n in _imports(tree) for a in n.names
+    }
+    assert found == {"typing", "app.lazy", "app.deep"}
