@@ -125,8 +125,7 @@ def load_partition_info(root_dir: str | os.PathLike, partition_idx: int) -> tupl
     """PyG's `load_partition_info`: (meta, num_partitions, partition_idx, node_pb, edge_pb) of
     the partition at `root_dir`; the books are this package's (what its stores route with),
     per type on a heterogeneous graph."""
-    from app.partition.book import load_partition_book
-    from app.partition.reader import map_files, read_meta, torch_load
+    from app.partition.reader import load_partition_book, map_files, read_meta, torch_load
 
     root = Path(root_dir)
     meta = read_meta(root)
