@@ -154,6 +154,11 @@ class ClusterConfig:
     workdir: str | None = None  # ssh mode: where to cd on remote hosts
     init_timeout_s: float = 120.0  # RPC / process-group rendezvous
     shutdown_timeout_s: float = 10.0  # SIGTERM → SIGKILL grace
+    # Liveness: every process beats every heartbeat_s; its launcher stops the job, naming it,
+    # when one is silent (stopped, frozen, cut off) for heartbeat_timeout_s (0: half of
+    # sampler.rpc_timeout_s, so a silent process is named before any RPC to it times out).
+    heartbeat_s: float = 1.0
+    heartbeat_timeout_s: float = 0.0
 
 
 @dataclass
@@ -364,6 +369,21 @@ def _check_partition(cfg: Config) -> None:
     )
 
 
+def heartbeat_timeout_s(cfg: Config) -> float:
+    """Silence after which a process is declared dead (cluster.heartbeat_timeout_s, 0: auto)."""
+    return cfg.cluster.heartbeat_timeout_s or cfg.sampler.rpc_timeout_s / 2
+
+
+def _check_heartbeat(c: ClusterConfig) -> None:
+    _require(c.heartbeat_s > 0, "cluster.heartbeat_s", c.heartbeat_s, "must be > 0 (seconds)")
+    _require(
+        c.heartbeat_timeout_s == 0 or c.heartbeat_timeout_s >= 2 * c.heartbeat_s,
+        "cluster.heartbeat_timeout_s",
+        c.heartbeat_timeout_s,
+        f"must be 0 (auto) or >= 2 * cluster.heartbeat_s={c.heartbeat_s}",
+    )
+
+
 def validate(cfg: Config) -> Config:
     """Cross-field checks run before any data is touched or any process starts."""
     _choice("task", cfg.task, TASKS)
@@ -425,6 +445,7 @@ def validate(cfg: Config) -> Config:
             f"must equal cluster.num_nodes={cfg.cluster.num_nodes} (one part per node)",
         )
     _check_sizes(cfg)
+    _check_heartbeat(cfg.cluster)
     if cfg.cluster.mode == "local":
         check_remote(cfg.cluster.master_addr, "cluster.master_addr", cfg.cluster)
     if cfg.cluster.mode == "ssh":

@@ -14,12 +14,14 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from app.config import ConfigError
 from app.launch import run_job
+from app.launch.heartbeat import heartbeat_env
 from app.launch.plan import ProcSpec
-from app.launch.spawn import run_procs
+from app.launch.spawn import JobFailed, run_procs
 from app.partition.reader import PartitionError
 from app.runtime import Runtime
 from tests.conftest import REPO, run_app
@@ -185,3 +187,92 @@ def test_meta_byte_flip_in_the_default_folder_names_the_file(compose, made, tmp_
     (root / "META.json").write_bytes(bytes(raw))
     msg = _refused(cfg, tmp_path, PartitionError, "META.json: not valid JSON")
     assert "overwrite" not in msg
+
+
+def _beater(name: str, tmp_path: Path, code: str) -> ProcSpec:
+    """A child that beats its heartbeat (as every worker does first) and then runs `code`."""
+    env = {"PYTHONPATH": str(REPO), **heartbeat_env(tmp_path / "hb" / name, 0.2)}
+    prelude = "from app.launch.heartbeat import start_heartbeat\nstart_heartbeat()\nimport time\n"
+    rt = Runtime("trainer", 0, 1, 0, 1, -1, 0, "127.0.0.1", 1, 2, "", "", "")
+    return ProcSpec(
+        name, "trainer", 0, "127.0.0.1", [sys.executable, "-c", prelude + code], env, rt
+    )
+
+
+def test_a_stopped_child_is_named_within_the_heartbeat_timeout(tmp_path):
+    """Finding 6: a SIGSTOPped process never exits; its silence fails the job, naming it.
+    A child that beats but is busy far longer than the timeout is left alone."""
+    stopped = "import os, signal\ntime.sleep(1.0)\nos.kill(os.getpid(), signal.SIGSTOP)\n"
+    specs = [_beater("busy", tmp_path, "time.sleep(60)"), _beater("frozen", tmp_path, stopped)]
+    start = time.monotonic()
+    with pytest.raises(JobFailed, match="no heartbeat for") as err:
+        run_procs(specs, tmp_path / "logs", timeout_s=30, heartbeat_timeout_s=2.0)
+    assert err.value.name == "frozen"
+    assert time.monotonic() - start < 1.0 + 2.0 + 0.2 + 5.0  # stop + timeout + beat + slack
+
+
+def test_a_beating_child_outlives_the_heartbeat_timeout(tmp_path):
+    run_procs(
+        [_beater("slow", tmp_path, "time.sleep(3.0)")],
+        tmp_path / "logs",
+        timeout_s=30,
+        heartbeat_timeout_s=1.0,
+    )
+
+
+def _child_pid(launcher: subprocess.Popen, role: str, node: str) -> int | None:
+    """Pid of the launcher's child with DISTGNN_ROLE=role on node `node`, if started."""
+    for p in psutil.Process(launcher.pid).children(recursive=True):
+        try:
+            env = p.environ()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        worker = "app.launch.worker" in " ".join(p.cmdline())  # not a helper it started
+        if worker and env.get("DISTGNN_ROLE") == role and env.get("DISTGNN_NODE_RANK") == node:
+            return p.pid
+    return None
+
+
+def test_a_stopped_sampler_ends_the_job_within_the_rpc_timeout(made, tmp_path):
+    """Finding 6 end to end: SIGSTOP on a sampler mid-training ended the job only after
+    rpc_timeout × (hops + 2) (50 s here); its heartbeat names it after rpc_timeout / 2."""
+    job, rpc_timeout = tmp_path / "run", 10.0
+    args = [
+        *SMOKE,
+        *_paths(made),
+        f"partition.root={made / 'P'}",
+        f"hydra.run.dir={job}",
+        "train.epochs=50",
+        "loader.num_workers=1",
+        f"sampler.rpc_timeout_s={rpc_timeout}",
+        "cluster.shutdown_timeout_s=3",
+    ]
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "app", *args],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while (
+            not (job / "logs" / "trainer0-0.log").exists()
+            or "epoch" not in (job / "logs" / "trainer0-0.log").read_text()
+        ):
+            if time.monotonic() > deadline or launcher.poll() is not None:
+                pytest.fail(f"job did not train: {launcher.communicate(timeout=10)[1][-2000:]}")
+            time.sleep(0.2)
+        os.kill(_child_pid(launcher, "sampler", "1"), signal.SIGSTOP)
+        stopped = time.monotonic()
+        _, err = launcher.communicate(timeout=rpc_timeout + 30)
+        took = time.monotonic() - stopped
+    finally:
+        if launcher.poll() is None:
+            for p in psutil.Process(launcher.pid).children(recursive=True):
+                p.kill()
+            launcher.kill()
+            launcher.wait()
+    assert launcher.returncode not in (0, None)
+    assert "sampler1-0-0 failed (no heartbeat for" in err, err[-2000:]
+    assert took < rpc_timeout + 15, took
