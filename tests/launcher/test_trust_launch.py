@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -276,3 +277,38 @@ def test_a_stopped_sampler_ends_the_job_within_the_rpc_timeout(made, tmp_path):
     assert launcher.returncode not in (0, None)
     assert "sampler1-0-0 failed (no heartbeat for" in err, err[-2000:]
     assert took < rpc_timeout + 15, took
+
+
+def test_env_node_without_its_node_0_fails_within_the_init_timeout(made, tmp_path):
+    """Finding 6, env mode: node 1 started by torchrun whose node 0 is gone names node 0's
+    address within cluster.init_timeout_s instead of waiting longer."""
+    from app.launch.plan import free_ports
+
+    init_timeout = 8.0
+    (base,) = free_ports(1)
+    env = {
+        "GROUP_RANK": "1",
+        "GROUP_WORLD_SIZE": "2",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(base),
+    }
+    args = [*SMOKE, "cluster=env", *_paths(made), f"partition.root={made / 'P'}"]
+    job = tmp_path / "run"
+    proc = run_app(
+        *args,
+        f"hydra.run.dir={job}",
+        f"cluster.init_timeout_s={init_timeout}",
+        timeout=init_timeout + 120,
+        env=env,
+    )
+    assert proc.returncode == 1
+    assert "trainer1-0 failed" in proc.stderr
+    assert (
+        f"node 0 (rank-0 trainer at 127.0.0.1:{base + 1}) did not answer within "
+        f"cluster.init_timeout_s={init_timeout:g} s"
+    ) in proc.stderr.splitlines()[-1]
+    waited = re.search(
+        r"startup: process group ([\d.]+) s", (job / "logs/trainer1-0.log").read_text()
+    )
+    assert waited and float(waited[1]) < init_timeout + 10  # the connect, not a longer wait
