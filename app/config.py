@@ -128,6 +128,9 @@ class TrainConfig:
     eval_chunk_size: int = 65536  # target nodes per layer-wise step (bounds its memory)
     max_steps_per_epoch: int = 0  # 0: all batches (>0 caps an epoch, for smoke runs/benches)
     checkpoint: bool = True
+    # Also checkpoint inside an epoch every N training steps, with the loader position, so a
+    # resume continues mid-epoch exactly (0: only at the end of each epoch).
+    checkpoint_every_steps: int = 0
     resume: bool = False
     device: str = "cpu"  # cpu | cuda | auto (cuda when available); samplers stay on the CPU
     eval_negatives: int = 20  # link eval: random destinations ranked against each positive
@@ -421,6 +424,12 @@ def validate(cfg: Config) -> Config:
     }
     for key, value in positives.items():
         _require(value > 0, key, value, "must be > 0")
+    _require(
+        cfg.train.checkpoint_every_steps >= 0,
+        "train.checkpoint_every_steps",
+        cfg.train.checkpoint_every_steps,
+        "must be >= 0 (0: checkpoint at the end of each epoch only)",
+    )
     _require(
         cfg.loader.num_workers >= 0, "loader.num_workers", cfg.loader.num_workers, "must be >= 0"
     )

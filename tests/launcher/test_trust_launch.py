@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -312,3 +313,62 @@ def test_env_node_without_its_node_0_fails_within_the_init_timeout(made, tmp_pat
         r"startup: process group ([\d.]+) s", (job / "logs/trainer1-0.log").read_text()
     )
     assert waited and float(waited[1]) < init_timeout + 10  # the connect, not a longer wait
+
+
+def _job_args(made: Path, job: Path, *extra: str) -> list[str]:
+    return [*SMOKE, *_paths(made), f"partition.root={made / 'P'}", f"hydra.run.dir={job}", *extra]
+
+
+def _freeze_and_kill(launcher: subprocess.Popen) -> None:
+    """SIGSTOP every process of the job at once (no checkpoint after this), then SIGKILL."""
+    procs = [*psutil.Process(launcher.pid).children(recursive=True), psutil.Process(launcher.pid)]
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for p in procs:
+            try:
+                p.send_signal(sig)
+            except psutil.NoSuchProcess:
+                pass
+    launcher.wait(timeout=30)
+
+
+def test_two_node_job_killed_mid_epoch_resumes_to_the_same_metrics(made, tmp_path):
+    """Finding 8 + train.checkpoint_every_steps: a 2-node job SIGKILLed inside epoch 1 after a
+    mid-epoch checkpoint, resumed in its job dir, ends with the uninterrupted run's metrics."""
+    import torch
+
+    common = ("train.epochs=2", "loader.batch_size=32", "train.checkpoint_every_steps=3")
+    whole = run_app(*_job_args(made, tmp_path / "a", *common), timeout=300)
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    want = json.loads((tmp_path / "a" / "result.json").read_text())
+
+    job = tmp_path / "b"
+    ckpt = job / "checkpoints" / "last.pt"
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "app", *_job_args(made, job, *common)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            if launcher.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"no mid-epoch checkpoint of epoch 1: {launcher.stderr.read()[-2000:]}")
+            try:
+                if torch.load(ckpt, weights_only=True).get("position", {}).get("epoch") == 1:
+                    break
+            except (OSError, RuntimeError, EOFError):
+                pass
+            time.sleep(0.02)
+        _freeze_and_kill(launcher)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    assert "position" in torch.load(ckpt, weights_only=True)  # killed mid-epoch
+    resumed = run_app(*_job_args(made, job, *common, "train.resume=true"), timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    got = json.loads((job / "result.json").read_text())
+    keys = ("loss", "train_acc", "val_acc", "test_acc", "steps")
+    assert {k: got[k] for k in keys} == {k: want[k] for k in keys}
