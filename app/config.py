@@ -131,7 +131,10 @@ class TrainConfig:
     # Also checkpoint inside an epoch every N training steps, with the loader position, so a
     # resume continues mid-epoch exactly (0: only at the end of each epoch).
     checkpoint_every_steps: int = 0
-    resume: bool = False
+    # true: continue from <job_dir>/checkpoints/last.pt (warn and start at epoch 0 without
+    # one); auto: the same without the warning, for runs a supervisor restarts (torchrun
+    # --max-restarts): the first start trains from 0, every restart continues.
+    resume: bool | str = False
     device: str = "cpu"  # cpu | cuda | auto (cuda when available); samplers stay on the CPU
     eval_negatives: int = 20  # link eval: random destinations ranked against each positive
     # Metric that picks a sweep's best job (summaries, `python -m app report`); "": val_acc,
@@ -424,6 +427,12 @@ def validate(cfg: Config) -> Config:
     }
     for key, value in positives.items():
         _require(value > 0, key, value, "must be > 0")
+    _require(
+        cfg.train.resume in (True, False, "auto"),
+        "train.resume",
+        cfg.train.resume,
+        "expected true, false or auto",
+    )
     _require(
         cfg.train.checkpoint_every_steps >= 0,
         "train.checkpoint_every_steps",

@@ -155,7 +155,7 @@ class FitOptions:
     max_steps: int = 0  # cap on training batches per epoch (0: all)
     job_dir: str | None = None  # checkpoints go to <job_dir>/checkpoints/last.pt
     checkpoint: bool = True
-    resume: bool = False
+    resume: bool | str = False  # True | False | "auto" (no warning without a checkpoint)
     checkpoint_every_steps: int = 0  # also checkpoint inside an epoch every N steps (0: off)
 
     @classmethod
@@ -282,7 +282,8 @@ def _resume(task: _Task, opts: FitOptions) -> tuple[int, Position | None]:
         return 0, None
     path = checkpoint_path(opts.job_dir)
     if not path.is_file():
-        log.warning("train.resume=true but %s does not exist: starting from epoch 0", path)
+        say = log.info if opts.resume == "auto" else log.warning
+        say("train.resume=%s but %s does not exist: starting from epoch 0", opts.resume, path)
         return 0, None
     state = load_checkpoint(path, task)
     position = Position.from_state(state)
