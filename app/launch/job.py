@@ -7,6 +7,7 @@ go through the same code. Files in the job dir:
     config.yaml      the composed config every child loads (`app.config.load_config`)
     logs/<name>.log  each child's output, every line prefixed by `[name]`
     mlflow_run_id    written by the rank-0 trainer when its MLflow run starts
+    launcher.pid     this launcher, while the job runs (`app.launch.orphans`)
     result.json      final metrics, written atomically by the rank-0 trainer
 """
 
@@ -20,6 +21,7 @@ from typing import Any
 
 from app.config import Config, heartbeat_timeout_s, save_config
 from app.fsutil import file_lock
+from app.launch.orphans import end_orphaned_runs, remove_pid_file, write_pid_file
 from app.launch.plan import EnvPlan, ProcessPlan, plan_job, plan_ports
 from app.launch.precheck import (
     check_partition_root,
@@ -106,6 +108,9 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
         plan.ports.ddp,
         plan.ports.rpc,
     )
+    if cfg.mlflow.enabled:  # runs a SIGKILLed launcher left RUNNING: KILLED (app.launch.orphans)
+        end_orphaned_runs(Path(cfg.output_dir), cfg.tracking_uri, job_dir)
+        write_pid_file(job_dir)
     status = "FAILED"
     try:
         run_procs(
@@ -121,6 +126,7 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
         raise
     finally:
         _close_tracking(cfg, job_dir, status)
+        remove_pid_file(job_dir)
     return _read_result(job_dir, plan)
 
 

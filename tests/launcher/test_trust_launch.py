@@ -372,3 +372,49 @@ def test_two_node_job_killed_mid_epoch_resumes_to_the_same_metrics(made, tmp_pat
     got = json.loads((job / "result.json").read_text())
     keys = ("loss", "train_acc", "val_acc", "test_acc", "steps")
     assert {k: got[k] for k in keys} == {k: want[k] for k in keys}
+
+
+def test_a_sigkilled_launchers_run_is_ended_killed_by_the_next_job(made, tmp_path):
+    """A job killed at once (launcher and children: SIGKILL, as a crashed machine) leaves its
+    MLflow run RUNNING; the next job under the same output_dir ends it KILLED, tagged."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    args = [
+        *SMOKE,
+        f"output_dir={tmp_path / 'out'}",
+        f"dataset.root={made / 'data'}",
+        f"partition.root={made / 'P'}",
+        "mlflow.enabled=true",
+        f"mlflow.tracking_uri={uri}",
+    ]
+    first = subprocess.Popen(
+        [sys.executable, "-m", "app", *args, "train.epochs=50"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list((tmp_path / "out" / "runs").glob("*/mlflow_run_id")):
+            if time.monotonic() > deadline or first.poll() is not None:
+                pytest.fail("the first job started no MLflow run")
+            time.sleep(0.2)
+        time.sleep(1.0)
+        _freeze_and_kill(first)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    (run_file,) = (tmp_path / "out" / "runs").glob("*/mlflow_run_id")
+    run_id = run_file.read_text().strip()
+    client = MlflowClient(tracking_uri=uri)
+    assert client.get_run(run_id).info.status == "RUNNING"
+
+    second = run_app(*args, "train.epochs=1", timeout=300)
+    assert second.returncode == 0, second.stderr[-2000:]
+    run = client.get_run(run_id)
+    assert run.info.status == "KILLED"
+    assert run.data.tags["error"].startswith("launcher killed")
+    assert not (run_file.parent / "launcher.pid").exists()
+    assert not list((tmp_path / "out" / "runs").glob("*/launcher.pid"))  # the second's too
