@@ -312,7 +312,9 @@ def test_env_node_without_its_node_0_fails_within_the_init_timeout(made, tmp_pat
     waited = re.search(
         r"startup: process group ([\d.]+) s", (job / "logs/trainer1-0.log").read_text()
     )
-    assert waited and float(waited[1]) < init_timeout + 10  # the connect, not a longer wait
+    # the connect's own bound (torch's retries overshoot it on a loaded host: 19 s seen at
+    # load 15 on 2 cores), not the 120 s default or a hang
+    assert waited and float(waited[1]) < init_timeout + 30
 
 
 def _job_args(made: Path, job: Path, *extra: str) -> list[str]:
