@@ -42,9 +42,9 @@ test-fast: install  ## unit tests only (skips the multi-process ones)
 	$(BIN)/python -m pytest tests -m "not dist and not slow"
 
 CHAOS_N ?= 30
-# SIGSTOP trials (CHAOS_SIGNALS=KILL,STOP,TERM) need peer heartbeats, not built yet (issue 12).
-CHAOS_SIGNALS ?= KILL,TERM
-chaos: install  ## fault injection: CHAOS_N random CHAOS_SIGNALS (KILL,TERM) on a 2-node job
+# SIGSTOP trials: a stopped child is named when its heartbeat stops (app.launch.heartbeat).
+CHAOS_SIGNALS ?= KILL,STOP,TERM
+chaos: install  ## fault injection: CHAOS_N random CHAOS_SIGNALS (KILL,STOP,TERM) on a 2-node job
 	DISTGNN_CHAOS_TRIALS=$(CHAOS_N) DISTGNN_CHAOS_SIGNALS=$(CHAOS_SIGNALS) \
 	DISTGNN_CHAOS_REPORT=outputs/chaos/trials.json $(BIN)/python -m pytest tests/chaos -s
 

@@ -73,7 +73,7 @@ def main(node: DictConfig) -> float | None:
     except ConfigError as err:
         _fail("config error", err, EXIT_CONFIG)
     # Imported only now: a config error above never pays for importing torch.
-    from app.launch import partition_lock, partitions_dir
+    from app.launch import JobFailed, partition_lock, partitions_dir
     from app.limits import check_memory
     from app.partition.reader import PartitionError
     from app.tasks import run_task
@@ -99,6 +99,8 @@ def main(node: DictConfig) -> float | None:
         _fail("config error", err, EXIT_CONFIG)
     except PartitionError as err:
         _fail("partition error", err, 1)
+    except JobFailed as err:  # the child's name, exit and last lines: no launcher traceback
+        _fail("job failed", err, 1)
     except OSError as err:
         if err.errno != errno.ENOSPC:
             raise

@@ -128,7 +128,13 @@ class TrainConfig:
     eval_chunk_size: int = 65536  # target nodes per layer-wise step (bounds its memory)
     max_steps_per_epoch: int = 0  # 0: all batches (>0 caps an epoch, for smoke runs/benches)
     checkpoint: bool = True
-    resume: bool = False
+    # Also checkpoint inside an epoch every N training steps, with the loader position, so a
+    # resume continues mid-epoch exactly (0: only at the end of each epoch).
+    checkpoint_every_steps: int = 0
+    # true: continue from <job_dir>/checkpoints/last.pt (warn and start at epoch 0 without
+    # one); auto: the same without the warning, for runs a supervisor restarts (torchrun
+    # --max-restarts): the first start trains from 0, every restart continues.
+    resume: bool | str = False
     device: str = "cpu"  # cpu | cuda | auto (cuda when available); samplers stay on the CPU
     eval_negatives: int = 20  # link eval: random destinations ranked against each positive
     # Metric that picks a sweep's best job (summaries, `python -m app report`); "": val_acc,
@@ -154,6 +160,11 @@ class ClusterConfig:
     workdir: str | None = None  # ssh mode: where to cd on remote hosts
     init_timeout_s: float = 120.0  # RPC / process-group rendezvous
     shutdown_timeout_s: float = 10.0  # SIGTERM → SIGKILL grace
+    # Liveness: every process beats every heartbeat_s; its launcher stops the job, naming it,
+    # when one is silent (stopped, frozen, cut off) for heartbeat_timeout_s (0: half of
+    # sampler.rpc_timeout_s, so a silent process is named before any RPC to it times out).
+    heartbeat_s: float = 1.0
+    heartbeat_timeout_s: float = 0.0
 
 
 @dataclass
@@ -364,6 +375,21 @@ def _check_partition(cfg: Config) -> None:
     )
 
 
+def heartbeat_timeout_s(cfg: Config) -> float:
+    """Silence after which a process is declared dead (cluster.heartbeat_timeout_s, 0: auto)."""
+    return cfg.cluster.heartbeat_timeout_s or cfg.sampler.rpc_timeout_s / 2
+
+
+def _check_heartbeat(c: ClusterConfig) -> None:
+    _require(c.heartbeat_s > 0, "cluster.heartbeat_s", c.heartbeat_s, "must be > 0 (seconds)")
+    _require(
+        c.heartbeat_timeout_s == 0 or c.heartbeat_timeout_s >= 2 * c.heartbeat_s,
+        "cluster.heartbeat_timeout_s",
+        c.heartbeat_timeout_s,
+        f"must be 0 (auto) or >= 2 * cluster.heartbeat_s={c.heartbeat_s}",
+    )
+
+
 def validate(cfg: Config) -> Config:
     """Cross-field checks run before any data is touched or any process starts."""
     _choice("task", cfg.task, TASKS)
@@ -402,6 +428,18 @@ def validate(cfg: Config) -> Config:
     for key, value in positives.items():
         _require(value > 0, key, value, "must be > 0")
     _require(
+        cfg.train.resume in (True, False, "auto"),
+        "train.resume",
+        cfg.train.resume,
+        "expected true, false or auto",
+    )
+    _require(
+        cfg.train.checkpoint_every_steps >= 0,
+        "train.checkpoint_every_steps",
+        cfg.train.checkpoint_every_steps,
+        "must be >= 0 (0: checkpoint at the end of each epoch only)",
+    )
+    _require(
         cfg.loader.num_workers >= 0, "loader.num_workers", cfg.loader.num_workers, "must be >= 0"
     )
     _require(
@@ -425,6 +463,7 @@ def validate(cfg: Config) -> Config:
             f"must equal cluster.num_nodes={cfg.cluster.num_nodes} (one part per node)",
         )
     _check_sizes(cfg)
+    _check_heartbeat(cfg.cluster)
     if cfg.cluster.mode == "local":
         check_remote(cfg.cluster.master_addr, "cluster.master_addr", cfg.cluster)
     if cfg.cluster.mode == "ssh":

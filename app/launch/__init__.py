@@ -1,153 +1,19 @@
-"""Run one distributed training job: plan → partition → config → spawn → watch → result.
+"""Distributed jobs: plan, partition, spawn, watch (`app.launch.job.run_job`).
 
-`run_job` is the one entry for every distributed job: a single `python -m app ...` run and each
-job of a `-m` sweep (the Hydra launcher plugin calls the app's task function, which lands here)
-go through the same code. Files in the job dir:
-
-    config.yaml      the composed config every child loads (`app.config.load_config`)
-    logs/<name>.log  each child's output, every line prefixed by `[name]`
-    mlflow_run_id    written by the rank-0 trainer when its MLflow run starts
-    result.json      final metrics, written atomically by the rank-0 trainer
+The names below load `app.launch.job` on first use only: every child starts as
+`python -m app.launch.worker`, which imports this package first, and must begin beating its
+heartbeat (`app.launch.heartbeat`) before torch is imported.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import os
-from pathlib import Path
+import importlib
 from typing import Any
 
-from app.config import Config, save_config
-from app.fsutil import file_lock
-from app.launch.plan import EnvPlan, ProcessPlan, plan_job, plan_ports
-from app.launch.precheck import (
-    check_partition_root,
-    check_ports_free,
-    disk_full_as_one_line,
-    verify_for_job,
-)
-from app.launch.spawn import JobFailed, die_with_parent, run_procs
-from app.tracking.progress import phase
-
-__all__ = ["JobFailed", "PARENT_RUN_ENV", "run_job"]
-
-log = logging.getLogger("distgnn")
-
-PARENT_RUN_ENV = "DISTGNN_MLFLOW_PARENT_RUN_ID"
-RESULT_FILE = "result.json"
-RUN_ID_FILE = "mlflow_run_id"
-PARTITION_LOCK_TIMEOUT_S = 4 * 3600.0
+__all__ = ["JobFailed", "PARENT_RUN_ENV", "partition_lock", "partitions_dir", "run_job"]
 
 
-def partition_lock(cfg: Config):
-    """Serialise partition creation across launchers sharing the output dir (env mode)."""
-    return file_lock(
-        Path(cfg.output_dir) / "partitions.lock",
-        PARTITION_LOCK_TIMEOUT_S,
-        "another launcher partitioning this dataset",
-    )
-
-
-def prepare_partition(cfg: Config) -> Path:
-    """Reuse or create the job's partition, once, before any child starts.
-
-    Link prediction partitions the graph of its training edges only (held-out edges carry no
-    messages), in a folder of its own: `app.partition.link.ensure_link_partition`.
-    """
-    from app.partition.task import ensure_partition
-
-    with partition_lock(cfg):
-        if cfg.train.objective == "link":
-            from app.partition.link import ensure_link_partition
-
-            return ensure_link_partition(cfg)
-        return ensure_partition(cfg)
-
-
-def partitions_dir(cfg: Config) -> Path:
-    """Where this job's partition is written (for the "no space left" message)."""
-    return Path(cfg.partition.root or Path(cfg.output_dir) / "partitions")
-
-
-def _echo_names(plan: ProcessPlan) -> list[str]:
-    """Console echo: this machine's first trainer (rank 0 in local/ssh mode)."""
-    return [p.name for p in plan.procs if p.role == "trainer"][:1]
-
-
-def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> dict[str, Any]:
-    """Run `cfg` as a distributed job in `job_dir`; return the rank-0 trainer's final metrics.
-
-    Raises:
-        JobFailed: a child exited non-zero (name, exit code, last log lines).
-        KeyboardInterrupt: Ctrl-C / SIGTERM; every child was stopped first.
-    """
-    job_dir = Path(job_dir).resolve()
-    job_dir.mkdir(parents=True, exist_ok=True)
-    for stale in (RESULT_FILE, RUN_ID_FILE):
-        (job_dir / stale).unlink(missing_ok=True)
-    extra = {PARENT_RUN_ENV: parent_run_id} if parent_run_id else {}
-    ports = plan_ports(cfg, os.environ)  # also checks the env / ssh cluster description
-    check_partition_root(cfg)
-    with phase("partition"), disk_full_as_one_line(partitions_dir(cfg)):
-        partition_root = prepare_partition(cfg)
-    with phase("verify partition"):
-        verify_for_job(cfg, partition_root)  # before any child: a corrupt file is one line
-    plan = plan_job(cfg, job_dir, partition_root, ports, extra_env=extra)
-    check_ports_free(cfg, plan)
-    if isinstance(plan, EnvPlan):
-        die_with_parent()  # torchrun / srun killed: take this node's share down with it
-    save_config(cfg, job_dir / "config.yaml")
-    log.info(
-        "job %s: %d processes on this machine (%s), ddp port %d, rpc port %d",
-        job_dir.name,
-        len(plan.procs),
-        type(plan).__name__,
-        plan.ports.ddp,
-        plan.ports.rpc,
-    )
-    status = "FAILED"
-    try:
-        run_procs(
-            plan.procs,
-            job_dir / "logs",
-            echo=_echo_names(plan),
-            shutdown_timeout_s=cfg.cluster.shutdown_timeout_s,
-        )
-        status = "FINISHED"
-    except KeyboardInterrupt:
-        status = "KILLED"
-        raise
-    finally:
-        _close_tracking(cfg, job_dir, status)
-    return _read_result(job_dir, plan)
-
-
-def _read_result(job_dir: Path, plan: ProcessPlan) -> dict[str, Any]:
-    path = job_dir / RESULT_FILE
-    if path.exists():
-        return json.loads(path.read_text())
-    if isinstance(plan, EnvPlan) and plan.node_rank != 0:
-        return {}  # the metrics are on node 0
-    raise RuntimeError(f"every process exited 0 but the rank-0 trainer wrote no {path}")
-
-
-def _close_tracking(cfg: Config, job_dir: Path, status: str) -> None:
-    """Upload every child's log to the job's MLflow run and end it with the job's status."""
-    run_file = job_dir / RUN_ID_FILE
-    if not cfg.mlflow.enabled or not run_file.exists():
-        return
-    from mlflow.tracking import MlflowClient
-
-    run_id = run_file.read_text().strip()
-    try:
-        client = MlflowClient(tracking_uri=cfg.tracking_uri)
-        if (job_dir / "logs").is_dir():
-            client.log_artifacts(run_id, str(job_dir / "logs"), artifact_path="logs")
-        # The launcher's outcome wins over the trainer's own: on Ctrl-C a trainer may first see
-        # its sampler vanish and end the run FAILED; a job whose sampler crashed after the
-        # trainer finished has failed all the same.
-        if status != "FINISHED" or client.get_run(run_id).info.status == "RUNNING":
-            client.set_terminated(run_id, status=status)
-    except Exception as err:  # tracking must never hide the job's own outcome
-        log.warning("could not finish MLflow run %s: %s", run_id, err)
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        return getattr(importlib.import_module("app.launch.job"), name)
+    raise AttributeError(f"module 'app.launch' has no attribute {name!r}")

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.config import Config, ConfigError, check_remote
+from app.launch.heartbeat import heartbeat_env
 from app.netutil import loopback_ifname_env
 from app.runtime import Runtime
 
@@ -278,6 +279,11 @@ def node_runtimes(
     return out
 
 
+def heartbeat_path(job_dir: str, name: str) -> Path:
+    """Where a child beats (`app.launch.heartbeat`): under the job dir, one file per child."""
+    return Path(job_dir) / "heartbeats" / name
+
+
 def child_env(runtime: Runtime, threads: int, extra: Mapping[str, str]) -> dict[str, str]:
     """The variables a child needs on top of the inherited environment."""
     n = str(max(1, threads))
@@ -320,7 +326,8 @@ def _specs(
     out = []
     for node_rank, host in nodes:
         for rt in node_runtimes(cfg, node_rank, master_addr, ports, paths):
-            env = child_env(rt, threads, extra_env)
+            beat = heartbeat_env(heartbeat_path(rt.job_dir, rt.name), cfg.cluster.heartbeat_s)
+            env = child_env(rt, threads, {**extra_env, **beat})
             cmd = [python, "-m", WORKER_MODULE]
             if workdir is not None:
                 cmd = ssh_command(cfg, host, env, workdir)

@@ -99,7 +99,14 @@ def disk_full_as_one_line(where: Path) -> Iterator[None]:
 
 
 def _bindable(addr: str, port: int) -> bool:
+    """Whether a listener could bind `addr:port` now, as the job's listeners bind it.
+
+    SO_REUSEADDR like `app.netutil.bind_listener`: connections of a previous job on the port
+    left in TIME_WAIT (a job restarted by torchrun on the same ports) do not make it busy;
+    a socket listening there does.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((addr, port))
             return True

@@ -8,8 +8,9 @@ SIGKILLed launcher leaves no orphans.
 
 Failure handling: the first child to exit non-zero stops the job; every other child gets SIGTERM,
 then SIGKILL after `shutdown_timeout_s`, and `JobFailed` names the child, its exit code and its
-last log lines. SIGINT/SIGTERM on the launcher stop every child the same way and re-raise
-`KeyboardInterrupt`. Cleanup runs in `finally`, on every path.
+last log lines. A child silent longer than its heartbeat timeout (stopped, frozen, cut off;
+`app.launch.heartbeat`) fails the job the same way, named. SIGINT/SIGTERM on the launcher stop
+every child the same way and re-raise `KeyboardInterrupt`. Cleanup runs in `finally`, on every path.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from pathlib import Path
 from typing import IO
 
 from app.interrupt import TERMINATED, check_terminated
+from app.launch import heartbeat
+from app.launch.heartbeat import HeartbeatWatch
 from app.launch.plan import ProcSpec
 
 TAIL_LINES = 20
@@ -54,9 +57,13 @@ LAUNCHER_VARS = (
 class JobFailed(RuntimeError):
     """A child of the job exited non-zero; carries its name, exit code and last log lines."""
 
-    def __init__(self, name: str, returncode: int, tail: list[str], log_path: Path) -> None:
+    def __init__(
+        self, name: str, returncode: int, tail: list[str], log_path: Path, reason: str = ""
+    ) -> None:
         self.name, self.returncode, self.tail, self.log_path = name, returncode, tail, log_path
-        how = f"killed by signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
+        how = reason or (
+            f"killed by signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
+        )
         lines = "\n".join(f"  {line}" for line in tail) or "  (no output)"
         super().__init__(f"{name} failed ({how}); log {log_path}, last lines:\n{lines}")
 
@@ -214,6 +221,7 @@ def stop_children(children: Iterable[Child], timeout_s: float) -> None:
     for c in children:
         c.echo.clear()
         _signal_group(c, signal.SIGTERM)
+        _signal_group(c, signal.SIGCONT)  # a stopped child handles its SIGTERM (shm cleanup)
     deadline = time.monotonic() + timeout_s
     for c in children:
         try:
@@ -257,9 +265,22 @@ def _watch_exit(child: Child, exits: queue.Queue[Child]) -> None:
     exits.put(child)
 
 
-def _failure(child: Child) -> JobFailed:
+def _failure(child: Child, reason: str = "") -> JobFailed:
     child.reader.join(timeout=5)  # the last lines are the interesting ones
-    return JobFailed(child.spec.name, child.proc.returncode, list(child.tail), child.log_path)
+    return JobFailed(
+        child.spec.name, child.proc.returncode, list(child.tail), child.log_path, reason
+    )
+
+
+def _watch_heartbeats(procs: list[ProcSpec], timeout_s: float | None) -> HeartbeatWatch:
+    """A watch over every child that was told to beat (none when `timeout_s` is None)."""
+    watch = HeartbeatWatch(float("inf") if timeout_s is None else timeout_s)
+    for spec in procs:
+        path = spec.env.get(heartbeat.FILE_ENV)
+        if path and timeout_s is not None:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            watch.add(spec.name, Path(path))
+    return watch
 
 
 def run_procs(
@@ -269,6 +290,7 @@ def run_procs(
     echo: Iterable[str] = (),
     shutdown_timeout_s: float = 10.0,
     timeout_s: float | None = None,
+    heartbeat_timeout_s: float | None = None,
 ) -> None:
     """Run `procs` to completion; raise `JobFailed` on the first failure (after stopping all).
 
@@ -276,9 +298,13 @@ def run_procs(
         echo: names of children whose output also goes to the console.
         shutdown_timeout_s: SIGTERM → SIGKILL grace when stopping children.
         timeout_s: stop everything and raise `TimeoutError` after this long (None: no limit).
+        heartbeat_timeout_s: a child told to beat (`app.launch.heartbeat`) that is silent this
+            long fails the job like a crash, named (None: heartbeats not watched).
     """
     log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
+    procs = list(procs)
+    watch = _watch_heartbeats(procs, heartbeat_timeout_s)
     echo = set(echo)
     children: list[Child] = []
     exits: queue.Queue[Child] = queue.Queue()
@@ -291,8 +317,15 @@ def run_procs(
                 threading.Thread(
                     target=_watch_exit, args=(children[-1], exits), daemon=True
                 ).start()
+            by_name = {c.spec.name: c for c in children}
             for _ in children:
-                child = _next_exit(exits, deadline, timeout_s)
+                child, silence = _next_event(exits, deadline, timeout_s, watch, by_name)
+                if silence is not None:
+                    stop_children(children, shutdown_timeout_s)
+                    raise _failure(
+                        child, f"no heartbeat for {silence:.1f} s: stopped, frozen or cut off"
+                    )
+                watch.forget(child.spec.name)
                 if child.proc.returncode != 0:
                     stop_children(children, shutdown_timeout_s)
                     raise _failure(child)
@@ -302,13 +335,25 @@ def run_procs(
             c.reader.join(timeout=2)
 
 
-def _next_exit(exits: queue.Queue[Child], deadline: float | None, timeout_s: float | None) -> Child:
-    """The next child to exit; short waits so Ctrl-C / SIGTERM are handled promptly."""
+def _next_event(
+    exits: queue.Queue[Child],
+    deadline: float | None,
+    timeout_s: float | None,
+    watch: HeartbeatWatch,
+    by_name: dict[str, Child],
+) -> tuple[Child, float | None]:
+    """(the next child to exit, None) or (a silent child, seconds of silence).
+
+    Short waits, so Ctrl-C / SIGTERM and heartbeats are handled promptly.
+    """
     while True:
         check_terminated()
         if deadline is not None and time.monotonic() > deadline:
             raise TimeoutError(f"job did not finish within {timeout_s} s; stopped every process")
         try:
-            return exits.get(timeout=0.2)
+            return exits.get(timeout=0.2), None
         except queue.Empty:
-            continue
+            pass
+        silent = watch.silent()
+        if silent is not None:
+            return by_name[silent[0]], silent[1]

@@ -18,6 +18,7 @@ import sys
 import traceback
 import warnings
 
+from app.launch.heartbeat import start_heartbeat
 from app.runtime import Runtime
 
 log = logging.getLogger("distgnn")
@@ -59,6 +60,7 @@ def run(runtime: Runtime) -> int:
 
 
 def main() -> int:
+    start_heartbeat()  # first: the launcher counts silence from this process's start
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         runtime = Runtime.from_env()

@@ -7,12 +7,16 @@ One format at every node count. Contents (plain dicts, lists, numbers and tensor
 distributed), `loader_epochs` (epochs each split's loader started), `epoch` (the last
 finished epoch), `metrics` (that epoch's metrics) and `rng` (one entry per rank: torch, numpy
 and python states; each rank restores its own, so a resumed job draws what it would have).
+A mid-epoch checkpoint (`train.checkpoint_every_steps`) adds `position`: the epoch it was
+written in, the steps done in it, and each rank's running sums of that epoch (`Position`);
+`loader_epochs` then counts that epoch as not yet started, so a resume re-enters it.
 """
 
 from __future__ import annotations
 
 import os
 import random
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +27,20 @@ import torch.distributed as dist
 from app.fsutil import torch_save_atomic
 
 CHECKPOINT_NAME = "last.pt"
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where inside an epoch a mid-epoch checkpoint was written."""
+
+    epoch: int  # the epoch being trained (the checkpoint's `epoch` is the one before)
+    step: int  # batches every rank had trained in it
+    stats: list[dict[str, float]]  # per rank: `EpochStats` sums over those batches
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Position | None:
+        pos = state.get("position")
+        return None if pos is None else cls(int(pos["epoch"]), int(pos["step"]), pos["stats"])
 
 
 def checkpoint_path(job_dir: str | os.PathLike) -> Path:
@@ -58,13 +76,18 @@ def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate((py["version"], tuple(py["state"].tolist()), py["gauss"]))
 
 
+def gather_per_rank(obj: Any) -> list[Any] | None:
+    """Every rank's `obj` on rank 0 (None elsewhere); a collective under a process group."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return [obj]
+    out: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(obj, out, dst=0)
+    return out
+
+
 def gather_rng_states() -> list[dict[str, Any]] | None:
     """Every rank's RNG states on rank 0 (None elsewhere); a collective under a process group."""
-    if not (dist.is_available() and dist.is_initialized()):
-        return [rng_state()]
-    out: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
-    dist.gather_object(rng_state(), out, dst=0)
-    return out
+    return gather_per_rank(rng_state())
 
 
 def save_checkpoint(
@@ -73,12 +96,15 @@ def save_checkpoint(
     epoch: int,
     metrics: dict[str, float] | None = None,
     rng: list[dict[str, Any]] | None = None,
+    position: Position | None = None,
 ) -> Path:
-    """Write a task's `state` (+ epoch, metrics, per-rank RNG) atomically: a crash keeps the
-    previous one. `rng` defaults to this process's states (one rank)."""
+    """Write a task's `state` (+ epoch, metrics, per-rank RNG, mid-epoch position) atomically:
+    a crash keeps the previous one. `rng` defaults to this process's states (one rank)."""
     path = Path(path)
     rng = rng if rng is not None else [rng_state()]
     full = {**state, "epoch": int(epoch), "metrics": dict(metrics or {}), "rng": rng}
+    if position is not None:
+        full["position"] = asdict(position)
     torch_save_atomic(full, path)
     return path
 

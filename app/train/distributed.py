@@ -46,16 +46,33 @@ RESULT_FILE = "result.json"
 COLLECTIVE_TIMEOUT_S = 1800.0
 
 
+class MasterUnreachable(RuntimeError):
+    """This trainer could not reach the job's master within the init timeout."""
+
+
 def init_process_group(runtime: Runtime, cfg: Config) -> None:
     """Join the trainers' group (nccl on cuda, gloo on cpu): rendezvous within
-    init_timeout_s, then collectives."""
-    store = bound_store(  # listens on master_addr only (loopback by default)
-        runtime.master_addr,
-        runtime.ddp_port,
-        runtime.world_size,
-        runtime.rank == 0,
-        cfg.cluster.init_timeout_s,
-    )
+    init_timeout_s, then collectives.
+
+    A rank whose master (node 0's rank-0 trainer) never answers fails within init_timeout_s
+    with one line naming node 0 and its address, not torch's socket error.
+    """
+    try:
+        store = bound_store(  # listens on master_addr only (loopback by default)
+            runtime.master_addr,
+            runtime.ddp_port,
+            runtime.world_size,
+            runtime.rank == 0,
+            cfg.cluster.init_timeout_s,
+        )
+    except dist.DistNetworkError as err:
+        if runtime.rank == 0:
+            raise
+        raise MasterUnreachable(
+            f"node 0 (rank-0 trainer at {runtime.master_addr}:{runtime.ddp_port}) did not "
+            f"answer within cluster.init_timeout_s={cfg.cluster.init_timeout_s:g} s: start "
+            "node 0's launcher, or check MASTER_ADDR / the network"
+        ) from err
     dist.init_process_group(
         "nccl" if resolve_device(cfg.train.device).type == "cuda" else "gloo",
         store=store,

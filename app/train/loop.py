@@ -28,9 +28,12 @@ from torch.nn.parallel import DistributedDataParallel
 from app.task.metrics import EpochStats, all_reduce, dist_ready
 from app.task.step import Objective
 from app.train.checkpoint import (
+    Position,
     checkpoint_path,
+    gather_per_rank,
     gather_rng_states,
     load_checkpoint,
+    rng_state,
     save_checkpoint,
 )
 
@@ -85,17 +88,27 @@ def train_epoch(
     *,
     max_steps: int = 0,
     desc: str = "train",
+    done: EpochStats | None = None,
+    on_step: Callable[[EpochStats], None] | None = None,
 ) -> EpochStats:
     """One pass over `loader` (at most `max_steps` batches if > 0); returns job-wide sums.
 
     Times the wait for each batch (data) separately from forward/backward/step (compute).
     Under DDP the epoch runs inside `Join`, so ranks with fewer batches do not hang.
+
+    Args:
+        done: this rank's sums over the batches already trained this epoch (a mid-epoch
+            resume): that many batches are drawn and dropped first (their sampling is seeded
+            by their index, so the rest are the batches the interrupted run would have had).
+        on_step: called with this rank's running sums after every step (mid-epoch checkpoints).
     """
     model.train()
-    stats = EpochStats()
+    stats = EpochStats(**done.to_dict()) if done is not None else EpochStats()
     start = time.perf_counter()
     with _join_context(model):
         batches = iter(_progress(loader, desc, _length(loader, max_steps)))
+        for _ in range(int(stats.steps)):
+            next(batches, None)
         while not max_steps or stats.steps < max_steps:
             t0 = time.perf_counter()
             batch = next(batches, None)
@@ -109,6 +122,8 @@ def train_epoch(
             stats.add(float(res.loss.detach()), res.correct, res.count, res.edges)
             stats.data_wait_s += t1 - t0
             stats.compute_s += time.perf_counter() - t1
+            if on_step is not None:
+                on_step(stats)
         if hasattr(batches, "close"):  # stopped at max_steps: end the progress bar / generator
             batches.close()
     stats.wall_s = time.perf_counter() - start
@@ -140,12 +155,21 @@ class FitOptions:
     max_steps: int = 0  # cap on training batches per epoch (0: all)
     job_dir: str | None = None  # checkpoints go to <job_dir>/checkpoints/last.pt
     checkpoint: bool = True
-    resume: bool = False
+    resume: bool | str = False  # True | False | "auto" (no warning without a checkpoint)
+    checkpoint_every_steps: int = 0  # also checkpoint inside an epoch every N steps (0: off)
 
     @classmethod
     def from_config(cls, t: Any, job_dir: str | None) -> FitOptions:
         """From `TrainConfig` `t`, checkpointing under `job_dir`."""
-        return cls(t.epochs, t.eval_every, t.max_steps_per_epoch, job_dir, t.checkpoint, t.resume)
+        return cls(
+            t.epochs,
+            t.eval_every,
+            t.max_steps_per_epoch,
+            job_dir,
+            t.checkpoint,
+            t.resume,
+            t.checkpoint_every_steps,
+        )
 
 
 def fit(
@@ -163,11 +187,18 @@ def fit(
     step = epoch. After every epoch the checkpoint is written (rank 0; every rank takes part
     in gathering distributed embedding rows) BEFORE the metrics are logged; with `opts.resume`
     every rank restores it and continues after the saved epoch.
+
+    With `opts.checkpoint_every_steps` > 0 the checkpoint is also written inside an epoch,
+    every N steps, with the position (`app.train.checkpoint.Position`): a resume continues
+    from that step with the same batches, weights, optimizer and RNG states.
     """
-    first = _resume(task, opts)
+    first, position = _resume(task, opts)
     metrics: dict[str, float] = {}
     for epoch in range(first, opts.epochs):
         _data_path(task.loaders["train"], 0)  # restart the counters: this epoch's traffic only
+        done = None
+        if position is not None and position.epoch == epoch:
+            done = EpochStats(**position.stats[min(_rank(), len(position.stats) - 1)])
         stats = train_epoch(
             task.model,
             task.loaders["train"],
@@ -175,6 +206,8 @@ def fit(
             task.step,
             max_steps=opts.max_steps,
             desc=f"epoch {epoch}",
+            done=done,
+            on_step=_mid_epoch_saver(task, opts, epoch),
         )
         metrics = {"epoch": float(epoch), **stats.as_metrics()}
         metrics.update(_data_path(task.loaders["train"], stats.steps))
@@ -211,17 +244,54 @@ def _data_path(loader: Any, steps: int) -> dict[str, float]:
     }
 
 
-def _resume(task: _Task, opts: FitOptions) -> int:
-    """First epoch to run: 0, or one past the checkpointed epoch when resuming."""
+def _mid_epoch_saver(
+    task: _Task, opts: FitOptions, epoch: int
+) -> Callable[[EpochStats], None] | None:
+    """The `on_step` hook writing a checkpoint every `checkpoint_every_steps` steps, or None.
+
+    Writing is a collective (embedding rows, every rank's RNG and sums), so it happens only at
+    steps every rank reaches: below the smallest number of batches of any rank (uneven DDP
+    inputs), and never at an epoch's last step (the epoch's own checkpoint follows).
+    """
+    every = opts.checkpoint_every_steps
+    if not (opts.checkpoint and opts.job_dir and every > 0):
+        return None
+    loader = task.loaders["train"]
+    (neg_min,) = all_reduce([-float(_length(loader, opts.max_steps) or 0)], op="max")
+    common = int(-neg_min)
+
+    def save(stats: EpochStats) -> None:
+        step = int(stats.steps)
+        if step % every or step >= common:
+            return
+        state = task.state_dict()  # collective for distributed tables
+        state["loader_epochs"]["train"] = loader.epoch - 1  # re-enter this epoch on resume
+        ranks = gather_per_rank({"rng": rng_state(), "stats": stats.to_dict()})
+        if _rank() == 0:
+            where = Position(epoch, step, [r["stats"] for r in ranks])
+            rngs = [r["rng"] for r in ranks]
+            save_checkpoint(checkpoint_path(opts.job_dir), state, epoch - 1, {}, rngs, where)
+
+    return save
+
+
+def _resume(task: _Task, opts: FitOptions) -> tuple[int, Position | None]:
+    """(first epoch to run, position inside it or None): (0, None) without a checkpoint;
+    one past the checkpointed epoch, or the epoch a mid-epoch checkpoint was written in."""
     if not (opts.resume and opts.job_dir):
-        return 0
+        return 0, None
     path = checkpoint_path(opts.job_dir)
     if not path.is_file():
-        log.warning("train.resume=true but %s does not exist: starting from epoch 0", path)
-        return 0
+        say = log.info if opts.resume == "auto" else log.warning
+        say("train.resume=%s but %s does not exist: starting from epoch 0", opts.resume, path)
+        return 0, None
     state = load_checkpoint(path, task)
+    position = Position.from_state(state)
+    if position is not None:
+        log.info("resumed from %s (epoch %d, step %d)", path, position.epoch, position.step)
+        return position.epoch, position
     log.info("resumed from %s (epoch %d done)", path, state["epoch"])
-    return int(state["epoch"]) + 1
+    return int(state["epoch"]) + 1, None
 
 
 def _report(

@@ -10,8 +10,8 @@ the draw), sends the signal and asserts:
 - the last checkpoint, if any, loads.
 
 `make test` runs TRIALS=3 (SIGKILL on a child, SIGTERM on the launcher); `make chaos` runs
-DISTGNN_CHAOS_TRIALS (default 30) with SIGSTOP too, and writes every trial to
-DISTGNN_CHAOS_REPORT (JSON) when set.
+DISTGNN_CHAOS_TRIALS (default 30) with SIGSTOP too (a stopped child is named by its missing
+heartbeat, `app.launch.heartbeat`), and writes every trial to DISTGNN_CHAOS_REPORT (JSON).
 """
 
 from __future__ import annotations
@@ -80,11 +80,11 @@ def _paths(out: Path) -> list[str]:
 def _name(p: psutil.Process) -> str | None:
     """`trainer1-0` / `sampler0-0-0` from a child's DISTGNN_* environment."""
     try:
-        env = p.environ()
+        env, cmd = p.environ(), " ".join(p.cmdline())
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return None
-    if "DISTGNN_ROLE" not in env:
-        return None
+    if "DISTGNN_ROLE" not in env or "app.launch.worker" not in cmd:
+        return None  # a helper a child started inherits its env: not the victim to draw
     node, local = env["DISTGNN_NODE_RANK"], env["DISTGNN_LOCAL_RANK"]
     if env["DISTGNN_ROLE"] == "trainer":
         return f"trainer{node}-{local}"

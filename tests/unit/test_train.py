@@ -269,3 +269,45 @@ def test_resumed_run_reproduces_the_uninterrupted_one(tmp_path, hetero):
     fit(task(), opts, on_epoch=resumed.__setitem__)
     assert list(resumed) == [2]
     assert {k: resumed[2][k] for k in keys} == {k: whole[2][k] for k in keys}
+
+
+class _Crash(Exception):
+    """Stands in for a kill right after a mid-epoch checkpoint."""
+
+
+def test_mid_epoch_checkpoint_resumes_bitwise(tmp_path):
+    """train.checkpoint_every_steps: killed inside epoch 1 after its step-4 checkpoint, the
+    resumed run ends with exactly the uninterrupted run's metrics (same batches, weights,
+    optimizer and RNG states, and the interrupted epoch's running sums)."""
+    data = toy_graph(num_nodes=400, seed=5)
+    keys = ("loss", "train_acc", "val_acc", "test_acc", "steps")
+    whole: dict[int, dict] = {}
+    fit(
+        toy_task(data, batch_size=16),
+        FitOptions(epochs=2, job_dir=str(tmp_path / "a")),
+        on_epoch=whole.__setitem__,
+    )
+
+    path = checkpoint_path(tmp_path / "b")
+    killed = toy_task(data, batch_size=16)
+    opts = FitOptions(epochs=2, job_dir=str(tmp_path / "b"), checkpoint_every_steps=2)
+    real_step = killed.step
+
+    def step_then_crash(model, batch):
+        saved = read_checkpoint(path) if path.exists() else {}
+        if saved.get("position", {}).get("epoch") == 1 and saved["position"]["step"] == 4:
+            raise _Crash
+        return real_step(model, batch)
+
+    killed.step = step_then_crash
+    with pytest.raises(_Crash):
+        fit(killed, opts)
+    saved = read_checkpoint(path)
+    assert saved["epoch"] == 0 and saved["loader_epochs"]["train"] == 1
+
+    resumed: dict[int, dict] = {}
+    opts = FitOptions(epochs=2, job_dir=str(tmp_path / "b"), resume=True)
+    fit(toy_task(data, batch_size=16), opts, on_epoch=resumed.__setitem__)
+    assert list(resumed) == [1]
+    assert {k: resumed[1][k] for k in keys} == {k: whole[1][k] for k in keys}
+    assert "position" not in read_checkpoint(path)  # the epoch's own checkpoint replaced it

@@ -1,0 +1,130 @@
+"""Self-healing under torchrun: two agents on 127.0.0.1 run a 2-node `cluster=env` job; a
+trainer SIGKILLed mid-epoch makes torchrun restart both nodes (`--max-restarts`), and the job
+continues from its last (mid-epoch) checkpoint with `train.resume=auto`, ending FINISHED with
+the metrics of an uninterrupted run.
+
+Both agents' launchers share one `hydra.run.dir` (the checkpoint every rank resumes from), as
+nodes on a shared file system would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from app.launch.plan import free_ports
+from tests.conftest import REPO, run_app
+
+pytestmark = pytest.mark.dist
+
+TORCHRUN = Path(sys.executable).with_name("torchrun")
+JOB = (
+    "+experiment=smoke",
+    "cluster.num_nodes=2",
+    "mlflow.enabled=false",
+    "train.epochs=3",
+    "loader.batch_size=32",
+    "train.checkpoint_every_steps=1",
+    "train.resume=auto",
+)
+KEYS = ("loss", "train_acc", "val_acc", "test_acc", "steps")
+
+
+def _paths(out: Path) -> list[str]:
+    return [f"output_dir={out}", f"dataset.root={out / 'data'}", f"partition.root={out / 'P'}"]
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("torchrun")
+    proc = run_app("task=partition", *JOB, *_paths(out), timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return out
+
+
+def _agent(made: Path, job: Path, port: int, log: Path) -> subprocess.Popen:
+    cmd = [
+        str(TORCHRUN),
+        "--nnodes=2",
+        "--nproc-per-node=1",
+        "--max-restarts=2",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{port}",
+        "--rdzv-id=selfheal",
+        "--monitor-interval=0.5",
+        "-m",
+        "app",
+        "cluster=env",
+        *JOB,
+        *_paths(made),
+        f"hydra.run.dir={job}",
+    ]
+    env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'launchers'}"}
+    with open(log, "w") as fh:
+        return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT)
+
+
+def _trainer(job: Path, node: str) -> psutil.Process | None:
+    for p in psutil.process_iter():
+        try:
+            env, cmd = p.environ(), " ".join(p.cmdline())
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if (
+            "app.launch.worker" in cmd
+            and env.get("DISTGNN_JOB_DIR") == str(job)
+            and env.get("DISTGNN_ROLE") == "trainer"
+            and env.get("DISTGNN_NODE_RANK") == node
+        ):
+            return p
+    return None
+
+
+def _wait_mid_epoch_checkpoint(path: Path, epoch: int, agents, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and all(a.poll() is None for a in agents):
+        try:
+            if torch.load(path, weights_only=True).get("position", {}).get("epoch") == epoch:
+                return
+        except (OSError, RuntimeError, EOFError):
+            pass
+        time.sleep(0.02)
+    pytest.fail(f"no mid-epoch checkpoint of epoch {epoch} in {path}")
+
+
+def test_a_node_killed_mid_epoch_is_restarted_and_the_job_heals(made, tmp_path):
+    whole = tmp_path / "whole"
+    ref = run_app(*JOB, *_paths(made), "cluster.mode=local", f"hydra.run.dir={whole}", timeout=300)
+    assert ref.returncode == 0, ref.stderr[-2000:]
+    want = json.loads((whole / "result.json").read_text())
+
+    job = tmp_path / "job"
+    (port,) = free_ports(1)
+    logs = [tmp_path / "agent0.log", tmp_path / "agent1.log"]
+    agents = [_agent(made, job, port, log) for log in logs]
+    try:
+        _wait_mid_epoch_checkpoint(job / "checkpoints" / "last.pt", 1, agents, 240)
+        victim = _trainer(job, "1")
+        assert victim is not None
+        victim.send_signal(signal.SIGKILL)
+        codes = [a.wait(timeout=300) for a in agents]
+    finally:
+        for a in agents:
+            if a.poll() is None:
+                a.kill()
+                a.wait()
+    text = "\n".join(log.read_text() for log in logs)
+    assert codes == [0, 0], text[-3000:]
+    assert "trainer1-0 failed (killed by signal 9)" in text
+    assert "resumed from" in (job / "logs" / "trainer0-0.log").read_text()
+    got = json.loads((job / "result.json").read_text())
+    assert {k: got[k] for k in KEYS} == {k: want[k] for k in KEYS}
