@@ -35,8 +35,8 @@ format: install  ## ruff autofix + format
 	$(BIN)/ruff check --fix app launchers tests bench
 	$(BIN)/ruff format app launchers tests bench
 
-test: lint  ## lint, then the whole test suite (unit + distributed)
-	$(BIN)/python -m pytest tests --durations=15
+test: lint  ## lint, then the test suite (unit + distributed; the `long` fault scenarios run in chaos)
+	$(BIN)/python -m pytest tests -m "not long" --durations=15
 
 test-fast: install  ## unit tests only (skips the multi-process ones)
 	$(BIN)/python -m pytest tests -m "not dist and not slow"
@@ -44,9 +44,10 @@ test-fast: install  ## unit tests only (skips the multi-process ones)
 CHAOS_N ?= 30
 # SIGSTOP trials: a stopped child is named when its heartbeat stops (app.launch.heartbeat).
 CHAOS_SIGNALS ?= KILL,STOP,TERM
-chaos: install  ## fault injection: CHAOS_N random CHAOS_SIGNALS (KILL,STOP,TERM) on a 2-node job
+chaos: install  ## fault injection: CHAOS_N random CHAOS_SIGNALS (KILL,STOP,TERM) on a 2-node job, then the long fault scenarios
 	DISTGNN_CHAOS_TRIALS=$(CHAOS_N) DISTGNN_CHAOS_SIGNALS=$(CHAOS_SIGNALS) \
 	DISTGNN_CHAOS_REPORT=outputs/chaos/trials.json $(BIN)/python -m pytest tests/chaos -s
+	$(BIN)/python -m pytest tests -m long
 
 bench: install  ## benchmarks: table on stdout, records in outputs/bench/results.json
 	$(BIN)/python -m bench

@@ -115,7 +115,7 @@ def _role(p: psutil.Process) -> str | None:
     return env["DISTGNN_ROLE"] + env["DISTGNN_NODE_RANK"]
 
 
-@pytest.mark.parametrize("victim", ["sampler1", "trainer1"])
+@pytest.mark.parametrize("victim", ["sampler1", pytest.param("trainer1", marks=pytest.mark.long)])
 def test_killed_child_fails_the_job_without_orphans(shared, tmp_path, victim):
     launcher, _ = _start_long_job(shared, tmp_path)
     try:

@@ -24,7 +24,7 @@ import torch
 from app.launch.plan import free_ports
 from tests.conftest import REPO, run_app
 
-pytestmark = pytest.mark.dist
+pytestmark = [pytest.mark.dist, pytest.mark.long]
 
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 JOB = (

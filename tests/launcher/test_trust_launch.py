@@ -235,6 +235,7 @@ def _child_pid(launcher: subprocess.Popen, role: str, node: str) -> int | None:
     return None
 
 
+@pytest.mark.long
 def test_a_stopped_sampler_ends_the_job_within_the_rpc_timeout(made, tmp_path):
     """Finding 6 end to end: SIGSTOP on a sampler mid-training ended the job only after
     rpc_timeout × (hops + 2) (50 s here); its heartbeat names it after rpc_timeout / 2."""
@@ -333,12 +334,15 @@ def _freeze_and_kill(launcher: subprocess.Popen) -> None:
     launcher.wait(timeout=30)
 
 
+@pytest.mark.long
 def test_two_node_job_killed_mid_epoch_resumes_to_the_same_metrics(made, tmp_path):
     """Finding 8 + train.checkpoint_every_steps: a 2-node job SIGKILLed inside epoch 1 after a
     mid-epoch checkpoint, resumed in its job dir, ends with the uninterrupted run's metrics."""
     import torch
 
-    common = ("train.epochs=2", "loader.batch_size=32", "train.checkpoint_every_steps=3")
+    # Small batches: epoch 1 has many steps after its first mid-epoch checkpoint, so the
+    # kill lands well before the epoch-end checkpoint (which carries no position).
+    common = ("train.epochs=2", "loader.batch_size=8", "train.checkpoint_every_steps=3")
     whole = run_app(*_job_args(made, tmp_path / "a", *common), timeout=300)
     assert whole.returncode == 0, whole.stderr[-2000:]
     want = json.loads((tmp_path / "a" / "result.json").read_text())
@@ -376,6 +380,7 @@ def test_two_node_job_killed_mid_epoch_resumes_to_the_same_metrics(made, tmp_pat
     assert {k: got[k] for k in keys} == {k: want[k] for k in keys}
 
 
+@pytest.mark.long
 def test_a_sigkilled_launchers_run_is_ended_killed_by_the_next_job(made, tmp_path):
     """A job killed at once (launcher and children: SIGKILL, as a crashed machine) leaves its
     MLflow run RUNNING; the next job under the same output_dir ends it KILLED, tagged."""
