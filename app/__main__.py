@@ -124,6 +124,12 @@ def validate_printed_config(argv: list[str]) -> None:
     compose_config(overrides)
 
 
+def _exit_terminated(signum: int, frame: object) -> None:
+    """SIGTERM once the job is over (interpreter shutdown): nothing is left to stop, so exit
+    143 at once; a KeyboardInterrupt raised there would escape and exit -2 (by SIGINT)."""
+    os._exit(EXIT_TERMINATED)
+
+
 def run_cli(argv: list[str]) -> None:
     global _armed
     try:
@@ -141,6 +147,9 @@ def run_cli(argv: list[str]) -> None:
         how = "terminated (SIGTERM)" if terminated else "interrupted (Ctrl-C)"
         print(f"{how}: every process of the job was stopped", file=sys.stderr, flush=True)
         sys.exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
+    finally:
+        if signal.getsignal(signal.SIGTERM) is _on_sigterm:  # not already stopping
+            signal.signal(signal.SIGTERM, _exit_terminated)
 
 
 def cli() -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
-from tests.conftest import run_app
+from tests.conftest import REPO, run_app
 
 
 def _runs(tmp_path):
@@ -73,3 +76,27 @@ def test_bad_config_fails_before_any_work(tmp_path, bad):
     proc = run_app("+experiment=smoke", f"output_dir={tmp_path}", bad, timeout=60)
     assert proc.returncode == 2 and proc.stderr.startswith("config error: ")
     assert not (tmp_path / "mlflow.db").exists()
+
+
+LATE_SIGTERM = """
+import os, signal, sys, time
+import app.__main__ as m
+signal.signal(signal.SIGTERM, m._on_sigterm)
+sys.argv = ["app", "--help"]
+try:
+    m.run_cli(["--help"])
+except SystemExit:
+    pass
+os.kill(os.getpid(), signal.SIGTERM)  # the job is over: e.g. during interpreter shutdown
+time.sleep(10)
+"""
+
+
+def test_sigterm_after_the_job_ended_exits_143():
+    """A SIGTERM once `run_cli` returned exits 143 at once; it used to raise KeyboardInterrupt
+    outside every handler, so the interpreter died by SIGINT (exit -2, a traceback)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", LATE_SIGTERM], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 143, (proc.returncode, proc.stderr[-2000:])
+    assert "Traceback" not in proc.stderr
