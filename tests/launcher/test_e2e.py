@@ -115,7 +115,8 @@ def _role(p: psutil.Process) -> str | None:
     return env["DISTGNN_ROLE"] + env["DISTGNN_NODE_RANK"]
 
 
-@pytest.mark.parametrize("victim", ["sampler1", pytest.param("trainer1", marks=pytest.mark.long)])
+@pytest.mark.long  # the chaos trials of make test kill random children too
+@pytest.mark.parametrize("victim", ["sampler1", "trainer1"])
 def test_killed_child_fails_the_job_without_orphans(shared, tmp_path, victim):
     launcher, _ = _start_long_job(shared, tmp_path)
     try:
@@ -187,8 +188,9 @@ def test_sigint_on_launcher_stops_job_and_marks_run_killed(shared, tmp_path):
     assert run.info.status == "KILLED"
 
 
-def test_uneven_batches_and_resume(shared, tmp_path):
-    """Ranks with different batch counts finish (Join); a second run resumes from epoch 2."""
+def test_uneven_batches(shared, tmp_path):
+    """Ranks with different batch counts finish every epoch (Join). Resume at 2 nodes is
+    tested by test_parity's heterogeneous job and, mid-epoch, by the `long` fault tests."""
     job = tmp_path / "run"
     uneven = [
         *SMOKE,
@@ -207,15 +209,10 @@ def test_uneven_batches_and_resume(shared, tmp_path):
         if "seeds {" in line
     ]
     assert len(steps) == 2 and steps[0]["batches"] != steps[1]["batches"]
-    first = json.loads((job / "result.json").read_text())
-    assert first["epochs_done"] == 2
-    _ok(run_app(*uneven[:-1], "train.epochs=3", "train.resume=true", timeout=120))
-    second = json.loads((job / "result.json").read_text())
-    assert second["epochs_done"] == 3
-    log0 = (job / "logs" / "trainer0-0.log").read_text()
-    assert "resumed" in log0.lower()
+    assert json.loads((job / "result.json").read_text())["epochs_done"] == 2
 
 
+@pytest.mark.long  # env mode also runs in make test's failure case; this success case: chaos
 def test_torchrun_two_agents_env_mode(shared, tmp_path):
     from app.launch.plan import free_ports
 
