@@ -9,6 +9,7 @@ reports them (`log_startup`): `startup_s`, the sum, as a metric and each phase a
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -57,4 +58,9 @@ def log_startup(tracker: Any) -> None:
     if not _PHASES:
         return
     tracker.log_metrics(startup_metrics(), step=0)
-    tracker.log_params({f"startup.{k.replace(' ', '_')}_s": f"{v:.2f}" for k, v in _PHASES.items()})
+    tracker.log_params({param_key(k): f"{v:.2f}" for k, v in _PHASES.items()})
+
+
+def param_key(name: str) -> str:
+    """`build task (RPC join)` -> `startup.build_task_RPC_join_s`: a name MLflow accepts."""
+    return "startup." + "_".join(re.findall(r"[A-Za-z0-9]+", name)) + "_s"
