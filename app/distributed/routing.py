@@ -62,6 +62,8 @@ def merge_rows(split: dict[int, Positions], answers: dict[int, Any], out: Any) -
         where = split[p]
         if where is None:
             out[:] = rows
+        elif where.size and where[-1] - where[0] + 1 == where.size:  # ascending: a range
+            out[int(where[0]) : int(where[-1]) + 1] = rows  # one block copy, no scatter
         else:
             out[where] = rows
     return out

@@ -32,6 +32,12 @@ from app.runtime import node_workers
 
 log = logging.getLogger("distgnn")
 
+# TensorPipe's default "shm" transport busy-polls: each process's reactor thread spins in
+# sched_yield, which on a node running trainers and samplers was half of all CPU time (kernel
+# time, ~40k involuntary context switches/s; `bench.products_job`). "uv" (TCP) waits in epoll;
+# tensor payloads still move through TensorPipe's channels (CMA between local processes).
+TRANSPORTS = ["uv"]
+
 _lock = threading.Lock()
 _state: dict[str, Any] = {"timeout": 60.0, "name": None}
 
@@ -109,6 +115,7 @@ def init_rpc(
         register_bound_rendezvous()  # the rendezvous store listens on master_addr only
         options = rpc.TensorPipeRpcBackendOptions(
             num_worker_threads=num_threads,
+            _transports=TRANSPORTS,
             rpc_timeout=max(timeout_s, init_timeout_s),  # also bounds the init all-gather
             init_method=f"{BOUND_SCHEME}://{master_addr}:{master_port}",
         )

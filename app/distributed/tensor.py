@@ -119,8 +119,14 @@ class DistTensor:
             raise DistTensorError(f"DistTensor {self.name!r}: {op} failed: {err}") from None
 
     def __getitem__(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.read(ids)
+
+    def read(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Rows `ids`, written into `out` when given (`[len(ids), *row_shape]`, e.g. the tail of
+        a caller's buffer: each owner's answer is copied once, straight to its positions)."""
         ids = torch.as_tensor(ids, dtype=torch.long)
-        out = torch.empty((len(ids), *self.shape[1:]), dtype=self.dtype)
+        if out is None:
+            out = torch.empty((len(ids), *self.shape[1:]), dtype=self.dtype)
         return merge_rows(*self._route("pull", ids), out)
 
     def __setitem__(self, ids: torch.Tensor, values: torch.Tensor) -> None:

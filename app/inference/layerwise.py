@@ -96,36 +96,52 @@ class _Heterogeneous:
 class _ReadPlan:
     """Where a rank's layer-wise reads land, computed once per view (every layer reuses it).
 
-    Per node type: `needed`, the sorted ids whose rows this rank reads (its own and its halo),
-    and `mine_pos`, its own nodes as positions in them; per edge type: `col_pos`, every edge's
-    source as a position in them (the blocks' column indices).
+    Per node type, a layer's rows are one buffer: first the `local` rows this process holds
+    (its tables' shard, in shard order: read in place, never copied after layer 0), then the
+    rows of `fetch` (the other ids it reads: its halo, grouped by owner so each owner's answer
+    is one block copy). `mine_pos`: its own nodes as positions in the buffer; per edge type,
+    `col_pos`: every edge's source as a position (the blocks' column indices).
     """
 
-    needed: dict[str, Tensor]
+    local: dict[str, int]
+    fetch: dict[str, Tensor]
     mine_pos: dict[str, Tensor]
     col_pos: dict[EdgeType, Tensor]
 
 
 def _plan(view: GraphView) -> _ReadPlan:
-    """The view's `_ReadPlan`: O(nodes + edges) with one id -> position map per node type (no
-    sort: a mark per node, then a gather per edge)."""
+    """The view's `_ReadPlan`: O(nodes + edges), one id -> position map per node type."""
     if "plan" not in view.cache:
-        needed, pos_of = {}, {}
+        local, fetch, pos_of = {}, {}, {}
         for t, mine in view.mine.items():
-            mark = torch.zeros(view.num_nodes[t], dtype=torch.bool)
+            n = view.num_nodes[t]
+            held = view.backend.local_ids(t, n)
+            mark = torch.zeros(n, dtype=torch.bool)
             mark[mine] = True
             for et, (_, col) in view.edges.items():
                 if et[0] == t:
                     mark[col] = True
-            needed[t] = mark.nonzero().view(-1)
-            pos_of[t] = torch.full((view.num_nodes[t],), -1, dtype=torch.long)
-            pos_of[t][needed[t]] = torch.arange(needed[t].numel())
+            mark[held] = False
+            wanted = mark.nonzero().view(-1)
+            order = torch.argsort(view.backend.owners(t, wanted), stable=True)
+            local[t], fetch[t] = held.numel(), wanted[order]
+            pos_of[t] = torch.full((n,), -1, dtype=torch.long)
+            pos_of[t][held] = torch.arange(held.numel())
+            pos_of[t][fetch[t]] = torch.arange(held.numel(), held.numel() + wanted.numel())
         view.cache["plan"] = _ReadPlan(
-            needed,
-            {t: pos_of[t][mine] for t, mine in view.mine.items()},
-            {et: pos_of[et[0]][col] for et, (_, col) in view.edges.items()},
+            local,
+            fetch,
+            {t: pos_of[t].index_select(0, mine) for t, mine in view.mine.items()},
+            {et: pos_of[et[0]].index_select(0, col) for et, (_, col) in view.edges.items()},
         )
     return view.cache["plan"]
+
+
+def _shard(table: Any) -> Tensor:
+    """The rows of `table` this process holds: a plain tensor's all, a DistTensor's shard."""
+    if isinstance(table, Tensor):
+        return table
+    return table.local if table.local is not None else torch.empty(0, table.shape[1])
 
 
 class _Run:
@@ -146,36 +162,65 @@ class _Run:
             raise ValueError(f"node types {missing} have neither features nor embeddings")
         self.plan = _plan(view)
 
+    def _read(self, table: Any, ntype: str, spare: bool = False) -> Tensor:
+        """The layer buffer of `table` (see `_ReadPlan`): its local rows, then the fetched ones.
+
+        `spare`: the table's shard is the head of a buffer already sized for the fetched rows
+        (a layer output, see `_buffer`), so they are fetched into its tail and nothing is
+        copied; otherwise (inputs) the local rows are copied once into a new buffer, unless
+        nothing is fetched (one process: the table itself is the buffer).
+        """
+        local, fetch = _shard(table), self.plan.fetch[ntype]
+        if not fetch.numel():
+            return local
+        n = self.plan.local[ntype]
+        if spare:
+            buf = self.buffers[id(table)]
+        else:
+            buf = torch.empty(n + fetch.numel(), *local.shape[1:], dtype=torch.float32)
+            buf[:n] = local
+        table.read(fetch, out=buf[n:])
+        return buf
+
+    def _buffer(self, ntype: str, width: int, read_next: bool) -> Tensor:
+        """A layer output buffer: this process's shard rows, plus room for the fetched rows
+        when the next layer reads this type (no zeroing: every shard row gets written)."""
+        rows = self.plan.local[ntype] + (self.plan.fetch[ntype].numel() if read_next else 0)
+        return torch.empty(rows, width)
+
     def _degrees(self) -> dict[EdgeType, Tensor]:
         if not getattr(self.net, "needs_degree", False):
             return {}
-        needed = self.plan.needed
-        return {et: table[needed[et[0]]].view(-1) for et, table in self.view.degree.items()}
+        return {et: self._read(table, et[0]).view(-1) for et, table in self.view.degree.items()}
 
     def run(self) -> NodeRows:
         """The final layer's tables (every node of every output type), still registered."""
         view, round_ = self.view, self.view.next_round()
         degrees = self._degrees()
-        tables, made = dict(self.inputs), []
-        for layer in range(self.net.num_inference_layers):
+        tables, made, self.buffers = dict(self.inputs), [], {}
+        last = self.net.num_inference_layers - 1
+        for layer in range(last + 1):
             ets = [et for et in self.typed.edge_types(layer, set(tables)) if et in view.edges]
             out_types = sorted({et[-1] for et in ets})
             width = self.net.inference_width(layer)
-            new = {
-                t: view.backend.new_table(
-                    view.table_name(round_, layer, t), t, view.num_nodes[t], width
+            new, bufs = {}, {}
+            for t in out_types:
+                bufs[t] = self._buffer(t, width, layer < last)
+                local = bufs[t][: self.plan.local[t]]
+                new[t] = view.backend.new_table(
+                    view.table_name(round_, layer, t), t, view.num_nodes[t], local
                 )
-                for t in out_types
-            }
             used = sorted({et[0] for et in ets} | set(out_types))
-            rows = {t: tables[t][self.plan.needed[t]] for t in used}  # one batched read per owner
+            rows = {t: self._read(tables[t], t, id(tables[t]) in self.buffers) for t in used}
             rows = self.typed.prepare(layer, rows)
             for t in out_types:
-                self._layer(layer, t, [et for et in ets if et[-1] == t], rows, degrees, new[t])
+                ets_t = [et for et in ets if et[-1] == t]
+                self._layer(layer, t, ets_t, rows, degrees, new[t], bufs[t])
             del rows  # freed before the next layer's rows are read (peak: one layer's rows)
             view.backend.barrier()  # layer complete everywhere before anyone reads it
             for table in made:
                 view.backend.drop(table)
+            self.buffers = {id(new[t]): bufs[t] for t in out_types}
             made, tables = list(new.values()), new
         return NodeRows(view, tables)
 
@@ -187,30 +232,37 @@ class _Run:
         rows: dict[str, Tensor],
         degrees: dict[EdgeType, Tensor],
         out: Any,
+        buf: Tensor,
     ) -> None:
-        """Layer `layer` of this rank's `ntype` nodes, chunk by chunk, into the table `out`.
+        """Layer `layer` of this rank's `ntype` nodes, chunk by chunk, into the table `out`
+        (whose shard is the head of `buf`: rows held here are written in place).
 
-        Every chunk reads the layer's fetched `rows` in place (its blocks index them by
-        position): no per-chunk copy of source rows, whatever the chunk size.
+        Every chunk reads the layer's `rows` in place (its blocks index them by position): no
+        per-chunk copy of source rows, whatever the chunk size.
         """
-        mine = self.view.mine[ntype]
+        mine, held = self.view.mine[ntype], self.plan.local[ntype]
         for start in range(0, mine.numel(), self.chunk):
             stop = min(start + self.chunk, mine.numel())
             lead = self.plan.mine_pos[ntype][start:stop]  # the targets' own rows
             inputs = {et: (rows[et[0]], self._block(et, start, stop, lead, degrees)) for et in ets}
-            out[mine[start:stop]] = self.typed.layer(layer, rows[ntype], lead, inputs)
+            result = self.typed.layer(layer, rows[ntype], lead, inputs)
+            if held:  # the targets' rows are in this process's shard
+                buf.index_copy_(0, lead, result)
+            else:
+                out[mine[start:stop]] = result
 
     def _block(
         self, et: EdgeType, start: int, stop: int, lead: Tensor, degrees: dict[EdgeType, Tensor]
     ) -> Block:
         """The in-edges of edge type `et` of the targets `mine[start:stop]` (at rows `lead` of
-        their type's fetched rows), over every fetched row of the source type."""
+        their type's buffer), over every row of the source type's buffer."""
         crow = self.view.edges[et][0]
         lo, hi = int(crow[start]), int(crow[stop])
+        src = et[0]
         return Block(
             crow[start : stop + 1] - lo,
             self.plan.col_pos[et][lo:hi],
-            self.plan.needed[et[0]].numel(),
+            self.plan.local[src] + self.plan.fetch[src].numel(),
             degrees.get(et),
             lead if et[0] == et[-1] else None,
         )

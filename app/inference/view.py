@@ -39,8 +39,16 @@ _ROUNDS = itertools.count()  # distinct DistTensor names per evaluation (same or
 class LocalBackend:
     """One process: tables are dense tensors, collectives are no-ops."""
 
-    def new_table(self, name: str, ntype: str, num_rows: int, width: int) -> Tensor:
-        return torch.zeros(num_rows, width)
+    def local_ids(self, ntype: str, num_rows: int) -> Tensor:
+        """The ids whose rows this process holds, in shard order: all of them."""
+        return torch.arange(num_rows)
+
+    def owners(self, ntype: str, ids: Tensor) -> Tensor:
+        return torch.zeros_like(ids)
+
+    def new_table(self, name: str, ntype: str, num_rows: int, local: Tensor) -> Tensor:
+        """The table whose rows are `local` (every row: one process holds the whole graph)."""
+        return local
 
     def drop(self, table: Any) -> None:
         """Nothing to release: the tensor is freed with its last reference."""
@@ -67,14 +75,32 @@ class DistBackend:
             )
         self.books, self.part_id, self.is_owner = books, part_id, is_owner
 
-    def new_table(self, name: str, ntype: str, num_rows: int, width: int) -> DistTensor:
+    def local_ids(self, ntype: str, num_rows: int) -> Tensor:
+        """The ids whose rows this process holds, in shard order: its partition's nodes on the
+        node's first trainer (the owner of every table's shard), none elsewhere."""
+        if not self.is_owner:
+            return torch.empty(0, dtype=torch.long)
+        parts = self.books[ntype].partition_of(torch.arange(num_rows))
+        return torch.nonzero(parts == self.part_id).view(-1)
+
+    def owners(self, ntype: str, ids: Tensor) -> Tensor:
+        return self.books[ntype].partition_of(ids)
+
+    def new_table(self, name: str, ntype: str, num_rows: int, local: Tensor) -> DistTensor:
+        """A `DistTensor` whose shard is `local` itself (the rows `local_ids` lists; the caller
+        writes them), so the layer that fills it and the next that reads it copy nothing."""
+
+        def init(shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
+            return local if self.is_owner else torch.empty(0)
+
         return DistTensor(
-            (num_rows, width),
+            (num_rows, int(local.shape[1])),
             torch.float32,
             name,
             book=self.books[ntype],
             part_id=self.part_id,
             is_owner=self.is_owner,
+            init_func=init,
         )
 
     def drop(self, table: Any) -> None:

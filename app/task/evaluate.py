@@ -74,15 +74,17 @@ def choose_evaluator(task: Any) -> Evaluator:
 
 
 def _timed(evaluator: Evaluator) -> Evaluator:
-    """`evaluator`, logging one line with its wall time per call (evaluation vs epoch time)."""
+    """`evaluator`, logging one line with its wall time per call and returning it as
+    `eval_time_s` (evaluation vs epoch time, in MLflow beside `epoch_time_s`)."""
     mode = "layer-wise" if evaluator is layerwise_evaluator else "sampled"
 
     @functools.wraps(evaluator)  # `__wrapped__` names the evaluator chosen
     def timed(task: Any, splits: tuple[str, ...]) -> dict[str, float]:
         start = time.perf_counter()
         out = evaluator(task, splits)
-        log.info("%s evaluation of %s: %.2f s", mode, "+".join(splits), time.perf_counter() - start)
-        return out
+        elapsed = time.perf_counter() - start
+        log.info("%s evaluation of %s: %.2f s", mode, "+".join(splits), elapsed)
+        return {**out, "eval_time_s": elapsed}
 
     return timed
 

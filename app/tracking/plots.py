@@ -18,7 +18,10 @@ CURVE_PANELS = (
         ("train_acc", "val_acc", "test_acc", "val_auc", "test_auc", "val_mrr", "test_mrr"),
     ),
     ("throughput (seeds/s)", ("seeds_per_s",)),
-    ("epoch time (s) and data wait (fraction)", ("epoch_time_s", "data_wait_frac")),
+    (
+        "epoch and evaluation time (s), data wait (fraction)",
+        ("epoch_time_s", "eval_time_s", "data_wait_frac"),
+    ),
 )
 PART_BARS = ("nodes", "edges", "halo", "train")
 

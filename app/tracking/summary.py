@@ -143,6 +143,7 @@ def run_summary(cfg: Any, job_dir: str | Path, result: dict[str, float]) -> str:
             f"  last epoch {_fmt('epoch_time_s', metrics['epoch_time_s'])} s, "
             f"{_fmt('seeds_per_s', metrics.get('seeds_per_s'))} seeds/s, "
             f"data wait {100 * metrics.get('data_wait_frac', float('nan')):.0f} %"
+            + (f", evaluation {metrics['eval_time_s']:.1f} s" if "eval_time_s" in metrics else "")
         )
     if phases_line():
         lines.append(f"  startup:   {phases_line()} (timed in this process)")

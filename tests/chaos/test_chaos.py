@@ -1,13 +1,17 @@
 """Fault injection: kill or stop a random process of a 2-node job at a random moment.
 
-Each trial starts a real `python -m app` job (2 nodes, a sampler process per trainer), waits a
-random 0-8 s after its victim started (startup, RPC init, training or evaluation, depending on
-the draw), sends the signal and asserts:
+Each trial starts a real `python -m app` job (2 nodes, a sampler process per trainer), draws a
+victim, a signal and a moment, sends the signal and asserts:
 
 - the job ends non-zero within `sampler.rpc_timeout_s` + 15 s, naming the victim;
 - no process of the job survives; no /dev/shm file of its processes and no *.tmp remains;
-- its MLflow run (if rank 0 got to start one) is FAILED or KILLED;
+- its MLflow run is FAILED or KILLED (a fault at start-up may come before rank 0 started one);
 - the last checkpoint, if any, loads.
+
+Moments alternate between trials: `start` strikes 0-8 s after the victim started (start-up,
+RPC init, the first batches); `run` strikes 0-3 s after the first epoch's metrics line, so the
+MLflow run exists and the job is training, evaluating or writing one of the checkpoints it
+writes every 2 steps (small batches: 4 steps an epoch, 50 epochs).
 
 `make test` runs TRIALS=3 (SIGKILL on a child, SIGTERM on the launcher); `make chaos` runs
 DISTGNN_CHAOS_TRIALS (default 30) with SIGSTOP too (a stopped child is named by its missing
@@ -37,6 +41,7 @@ TRIALS = int(os.environ.get("DISTGNN_CHAOS_TRIALS", "3"))
 SIGNALS = os.environ.get("DISTGNN_CHAOS_SIGNALS", "KILL,TERM").split(",")
 REPORT = os.environ.get("DISTGNN_CHAOS_REPORT")
 SEED = int(os.environ.get("DISTGNN_CHAOS_SEED", "0"))
+MOMENTS = ("run", "start")  # trial i strikes at MOMENTS[i % 2]: make test's 3 trials see both
 RPC_TIMEOUT_S = 10.0
 GRACE_S = 15.0
 CHILDREN = ("trainer0-0", "trainer1-0", "sampler0-0-0", "sampler1-0-0")
@@ -45,6 +50,8 @@ JOB = (
     "cluster.num_nodes=2",
     "loader.num_workers=1",
     "train.epochs=50",
+    "loader.batch_size=32",
+    "train.checkpoint_every_steps=2",
     f"sampler.rpc_timeout_s={RPC_TIMEOUT_S}",
     "cluster.init_timeout_s=60",
     "cluster.shutdown_timeout_s=3",
@@ -138,12 +145,21 @@ def _run_status(tmp: Path, job: Path) -> str | None:
     return client.get_run(run_file.read_text().strip()).info.status
 
 
-def _draw(trial: int) -> tuple[str, str, float]:
-    """(victim, signal name, delay after the victim started), reproducible per trial."""
+def _draw(trial: int) -> tuple[str, str, str, float]:
+    """(victim, signal name, moment, delay after the moment), reproducible per trial."""
     rng = random.Random(SEED * 1000 + trial)
     sig = rng.choice(SIGNALS)
     victim = "launcher" if sig == "TERM" else rng.choice(CHILDREN)
-    return victim, sig, rng.uniform(0.0, 8.0)
+    moment = MOMENTS[trial % len(MOMENTS)]
+    return victim, sig, moment, rng.uniform(0.0, 8.0 if moment == "start" else 3.0)
+
+
+def _epochs_logged(job: Path) -> int:
+    """How many epoch metric lines rank 0 has logged so far."""
+    log = job / "logs" / "trainer0-0.log"
+    if not log.exists():
+        return 0
+    return log.read_text(errors="replace").count("distgnn.train: epoch ")
 
 
 def _start(shared: Path, tmp: Path, job: Path) -> subprocess.Popen:
@@ -157,11 +173,12 @@ def _start(shared: Path, tmp: Path, job: Path) -> subprocess.Popen:
     )
 
 
-def _strike(launcher, victim, sig, delay, seen) -> tuple[float | None, int | None]:
-    """Wait for the victim, then `delay` s, then signal it; (time of the signal, its pid)."""
+def _strike(launcher, job, victim, sig, moment, delay, seen) -> tuple[float | None, int | None]:
+    """Wait for the victim (and, at `run`, the first epoch line), then `delay` s, then signal
+    it; (time of the signal, its pid)."""
     deadline = time.monotonic() + 120
     pid = None
-    while pid is None:
+    while pid is None or (moment == "run" and not _epochs_logged(job)):
         if launcher.poll() is not None or time.monotonic() > deadline:
             return None, None
         pid = launcher.pid if victim == "launcher" else _job_procs(launcher, seen).get(victim)
@@ -179,16 +196,18 @@ def _strike(launcher, victim, sig, delay, seen) -> tuple[float | None, int | Non
 
 @pytest.mark.parametrize("trial", range(TRIALS))
 def test_random_fault_ends_the_job_cleanly(shared, tmp_path, report, trial):
-    victim, sig, delay = _draw(trial)
+    victim, sig, moment, delay = _draw(trial)
     job = tmp_path / "run"
     seen: dict[int, psutil.Process] = {}
     launcher = _start(shared, tmp_path, job)
     limit = RPC_TIMEOUT_S + GRACE_S
-    record = {"trial": trial, "victim": victim, "signal": sig, "delay_s": round(delay, 2)}
+    record = {"trial": trial, "victim": victim, "signal": sig, "moment": moment}
+    record["delay_s"] = round(delay, 2)
     try:
-        struck, pid = _strike(launcher, victim, sig, delay, seen)
+        struck, pid = _strike(launcher, job, victim, sig, moment, delay, seen)
         if struck is None:
             pytest.fail(f"job ended before the signal: {launcher.communicate(timeout=30)[1]}")
+        record["epochs_before"] = _epochs_logged(job)
         try:
             _, err = launcher.communicate(timeout=limit)
             exit_s = time.monotonic() - struck
@@ -220,7 +239,8 @@ def test_random_fault_ends_the_job_cleanly(shared, tmp_path, report, trial):
         "no survivor": not record["survivors"],
         "no /dev/shm file": not record["shm"],
         "no *.tmp": not record["temps"],
-        "run FAILED/KILLED": record["mlflow"] in (None, "FAILED", "KILLED"),
+        "run FAILED/KILLED": record["mlflow"] in ("FAILED", "KILLED")
+        or (moment == "start" and record["mlflow"] is None),
         "checkpoint loads": _checkpoint_loads(job),
     }
     if sig == "TERM":  # -15: killed before Python ran its handler (a shell reports 143 too)

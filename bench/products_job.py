@@ -1,0 +1,204 @@
+"""The products-scale training job as a user runs it, with every process of it measured.
+
+    python -m bench.products_job [num_nodes] [override ...]   # default 2,449,029 nodes
+
+Runs `python -m app +experiment=products_homo dataset.num_nodes=N train.epochs=1` (2 local
+nodes, a sampler process per trainer, layer-wise evaluation) twice: a first, untimed run
+generates the graph (cached under `data/`, as for any job) and partitions it (under
+`outputs/bench/products/`), the second
+is measured. While it runs, a monitor polls every process of the job (`/proc/<pid>/stat`,
+every 0.2 s): user and kernel CPU seconds, minor page faults and involuntary context switches
+per role (trainers, samplers) and the peak memory per node (trainer + sampler RSS). The job's
+own figures come from its `result.json`: `epoch_time_s`, `eval_time_s`, `data_wait_frac`.
+
+The phases are cut at the job's clock: the training epoch is the `epoch_time_s` seconds before
+evaluation starts, and evaluation is the `eval_time_s` seconds before the epoch's metrics line
+appears in rank 0's log, so the CPU, faults and memory of each phase are their own. Records:
+`data_wait_frac`, `kernel_cpu_frac_train` (kernel ÷ all CPU of the job's processes during the
+epoch), `minor_faults_per_batch`, `eval_over_epoch`, `peak_gb_eval_over_train`, accuracies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from bench.common import record
+
+BENCH = "products_job"
+NODES = 2_449_029
+TICK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+POLL_S = 0.2
+
+
+def _stat(pid: int) -> tuple[float, float, int, int] | None:
+    """(user s, kernel s, minor faults, RSS bytes) of `pid`, None once it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(")") + 2 :].split()  # after "pid (comm) "
+    minflt, utime, stime, rss = int(fields[7]), int(fields[11]), int(fields[12]), int(fields[21])
+    return utime / TICK, stime / TICK, minflt, rss * PAGE
+
+
+def _role(pid: int) -> str | None:
+    """`trainer<node>-<local>` / `sampler<node>-<local>-<w>` of a job child (from the
+    DISTGNN_* variables the launcher gave it), else None."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    env = dict(item.decode(errors="replace").split("=", 1) for item in raw if b"=" in item)
+    if "DISTGNN_ROLE" not in env:
+        return None
+    name = f"{env['DISTGNN_ROLE']}{env['DISTGNN_NODE_RANK']}-{env['DISTGNN_LOCAL_RANK']}"
+    return name if env["DISTGNN_ROLE"] == "trainer" else f"{name}-{env['DISTGNN_WORKER_INDEX']}"
+
+
+def _children(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            kids = Path(f"/proc/{p}/task/{p}/children").read_text().split()
+        except OSError:
+            continue
+        out += [int(k) for k in kids]
+        todo += [int(k) for k in kids]
+    return out
+
+
+class Monitor(threading.Thread):
+    """Polls the job's processes; `samples`: (time, {name: (user, sys, minflt, rss)})."""
+
+    def __init__(self, root: int) -> None:
+        super().__init__(daemon=True)
+        self.root, self.samples, self.stop = root, [], threading.Event()
+        self.names: dict[int, str] = {}
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            now, row = time.monotonic(), {}
+            for pid in _children(self.root):
+                if pid not in self.names:
+                    name = _role(pid)
+                    if name is None:
+                        continue
+                    self.names[pid] = name
+                got = _stat(pid)
+                if got is not None:
+                    row[self.names[pid]] = got
+            self.samples.append((now, row))
+            time.sleep(POLL_S)
+
+    def at(self, t: float) -> dict[str, tuple]:
+        """The last sample at or before `t` (cumulative counters)."""
+        best = {}
+        for when, row in self.samples:
+            if when > t:
+                break
+            best = row
+        return best
+
+    def between(self, t0: float, t1: float) -> dict[str, float]:
+        """Counter deltas over [t0, t1] per role kind, and the peak RSS per node."""
+        a, b = self.at(t0), self.at(t1)
+        out = {"user_s": 0.0, "sys_s": 0.0, "minflt": 0.0}
+        for name, (u, s, f, _) in b.items():
+            u0, s0, f0, _ = a.get(name, (0.0, 0.0, 0, 0))
+            kind = "trainer" if name.startswith("trainer") else "sampler"
+            for key, value in (("user_s", u - u0), ("sys_s", s - s0), ("minflt", f - f0)):
+                out[key] += value
+                out[f"{kind}_{key}"] = out.get(f"{kind}_{key}", 0.0) + value
+        peak: dict[str, float] = {}
+        for when, row in self.samples:
+            if t0 <= when <= t1:
+                per_node: dict[str, int] = {}
+                for name, (*_, rss) in row.items():
+                    node = name.removeprefix("trainer").removeprefix("sampler").split("-")[0]
+                    per_node[node] = per_node.get(node, 0) + rss
+                for node, rss in per_node.items():
+                    peak[node] = max(peak.get(node, 0), rss)
+        out["peak_node_gb"] = max(peak.values(), default=0) / 2**30
+        return out
+
+
+def _job(out: Path, nodes: int, extra: list[str]) -> list[str]:
+    return [
+        sys.executable, "-m", "app", "+experiment=products_homo", f"dataset.num_nodes={nodes}",
+        "train.epochs=1", f"output_dir={out}", *extra,
+    ]  # fmt: skip
+
+
+def _log_line_time(log: Path, needle: str, proc: subprocess.Popen) -> float:
+    """Poll `log` until `needle` appears (the monotonic time it was seen)."""
+    while True:
+        if log.exists() and needle in log.read_text(errors="replace"):
+            return time.monotonic()
+        if proc.poll() is not None:
+            raise RuntimeError(f"job ended (exit {proc.returncode}) before {needle!r} in {log}")
+        time.sleep(POLL_S / 2)
+
+
+def measure(nodes: int, extra: list[str]) -> dict[str, float]:
+    """Cache the data and partition (one untimed run), then measure a second run."""
+    out = Path("outputs/bench/products")
+    subprocess.run([*_job(out, nodes, extra), "task=partition"], check=True,
+                   stdout=subprocess.DEVNULL)  # fmt: skip
+    runs_before = set((out / "runs").glob("*"))
+    proc = subprocess.Popen(_job(out, nodes, extra), stdout=subprocess.DEVNULL)
+    monitor = Monitor(proc.pid)
+    monitor.start()
+    while not (new := set((out / "runs").glob("*")) - runs_before):
+        time.sleep(POLL_S)
+    job = new.pop()
+    ended = _log_line_time(job / "logs" / "trainer0-0.log", "distgnn.train: epoch 0:", proc)
+    if proc.wait() != 0:
+        raise RuntimeError(f"job failed (exit {proc.returncode}): see {job}/logs")
+    monitor.stop.set()
+    monitor.join()
+    result = json.loads((job / "result.json").read_text())
+    eval_start = ended - result["eval_time_s"]
+    train = monitor.between(eval_start - result["epoch_time_s"], eval_start)
+    evaluation = monitor.between(eval_start, ended)
+    cpu = train["user_s"] + train["sys_s"]
+    return {
+        **{k: result[k] for k in ("epoch_time_s", "eval_time_s", "data_wait_frac", "steps")},
+        **{k: result[k] for k in ("val_acc", "test_acc", "cache_hit_rate")},
+        "kernel_cpu_frac_train": train["sys_s"] / cpu,
+        "minor_faults_per_batch": train["minflt"] / result["steps"],
+        "sampler_cpu_s_per_batch": (train["sampler_user_s"] + train["sampler_sys_s"])
+        / result["steps"],
+        "peak_node_gb_train": train["peak_node_gb"],
+        "peak_node_gb_eval": evaluation["peak_node_gb"],
+        "eval_cpu_s": evaluation["user_s"] + evaluation["sys_s"],
+        "job": str(job),
+    }
+
+
+def main() -> None:
+    nodes = int(sys.argv[1]) if len(sys.argv) > 1 else NODES
+    m = measure(nodes, sys.argv[2:])
+    print(json.dumps(m, indent=1), flush=True)
+    scale = f"{nodes:,} nodes"
+    record(BENCH, "epoch_time_s", m["epoch_time_s"], "s")
+    record(BENCH, "data_wait_frac", m["data_wait_frac"], "frac")
+    record(BENCH, "kernel_cpu_frac_train", m["kernel_cpu_frac_train"], "frac")
+    record(BENCH, "minor_faults_per_batch", m["minor_faults_per_batch"], "faults")
+    record(BENCH, "sampler_cpu_s_per_batch", m["sampler_cpu_s_per_batch"], "s")
+    record(BENCH, "eval_time_s", m["eval_time_s"], "s", "training epoch",
+           m["eval_time_s"] / m["epoch_time_s"])  # fmt: skip
+    record(BENCH, "peak_node_gb_eval", m["peak_node_gb_eval"], "GiB", "training peak",
+           m["peak_node_gb_eval"] / m["peak_node_gb_train"])  # fmt: skip
+    record(BENCH, "test_acc", m["test_acc"], "acc", scale)
+
+
+if __name__ == "__main__":
+    main()
