@@ -211,6 +211,16 @@ class SampledGraph:
         return dinv[self.col] * dinv[self.row], dinv * dinv
 
 
+def _range_start(ids: Tensor | None) -> int | None:
+    """`ids[0]` if `ids` is the range ids[0], ids[0] + 1, ... (then rows are a slice), else None."""
+    if ids is None or not ids.numel():
+        return None
+    start = int(ids[0])
+    if int(ids[-1]) - start + 1 != ids.numel() or not bool((ids[1:] > ids[:-1]).all()):
+        return None
+    return start
+
+
 class Block:
     """One layer-wise inference step: `n_dst` target nodes fed by `n_src` source rows.
 
@@ -238,10 +248,15 @@ class Block:
         self.dst = dst
         counts = crow[1:] - crow[:-1]
         self.row = torch.repeat_interleave(torch.arange(self.n_dst), counts)
+        self._dst_start = _range_start(dst)
 
     def targets(self, h: Tensor) -> Tensor:
-        """The targets' own rows of the source rows `h`."""
-        return h[: self.n_dst] if self.dst is None else h[self.dst]
+        """The targets' own rows of the source rows `h` (a view when they are consecutive)."""
+        if self.dst is None:
+            return h[: self.n_dst]
+        if self._dst_start is not None:
+            return h[self._dst_start : self._dst_start + self.n_dst]
+        return h[self.dst]
 
     def compact(self) -> tuple[Tensor, Block]:
         """(the source positions this block reads, targets first; the block over just them),
