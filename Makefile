@@ -52,8 +52,9 @@ chaos: install  ## fault injection: CHAOS_N random CHAOS_SIGNALS (KILL,STOP,TERM
 bench: install  ## benchmarks: table on stdout, records in outputs/bench/results.json
 	$(BIN)/python -m bench
 
-bench-products: install  ## opt-in: partitioning at ogbn-products scale (2.45M nodes)
+bench-products: install  ## opt-in: ogbn-products scale (2.45M nodes): partitioning, then the 2-node training job measured per process
 	$(BIN)/python -m bench.partition --products
+	$(BIN)/python -m bench.products_job
 
 ui: install  ## MLflow UI over the default store; prints http://127.0.0.1:5000 once it answers
 	$(BIN)/python -m app.tracking.ui serve --store $(CURDIR)/outputs/mlflow.db --port 5000

@@ -2,7 +2,8 @@
 
 Each bench measures its reference side by side in the same run (see each module's docstring).
 `python -m bench NAME ...` runs only the named ones. The products-scale runs are opt-in
-(`make bench-products`, `python -m bench.dataset_gen`) because they take many minutes.
+(`make bench-products`: `bench.partition --products` and `bench.products_job`;
+`python -m bench.dataset_gen`) because they take many minutes.
 """
 
 from __future__ import annotations

@@ -3,19 +3,21 @@
     python -m bench.products_job [num_nodes] [override ...]   # default 2,449,029 nodes
 
 Runs `python -m app +experiment=products_homo dataset.num_nodes=N train.epochs=1` (2 local
-nodes, a sampler process per trainer, layer-wise evaluation) twice: a first, untimed run
+nodes, a sampler process per trainer, layer-wise evaluation). First, untimed, `task=partition`
 generates the graph (cached under `data/`, as for any job) and partitions it (under
-`outputs/bench/products/`), the second
-is measured. While it runs, a monitor polls every process of the job (`/proc/<pid>/stat`,
-every 0.2 s): user and kernel CPU seconds, minor page faults and involuntary context switches
-per role (trainers, samplers) and the peak memory per node (trainer + sampler RSS). The job's
-own figures come from its `result.json`: `epoch_time_s`, `eval_time_s`, `data_wait_frac`.
+`outputs/bench/products/`); then the training job is measured. While it runs, a monitor polls
+every process of the job (`/proc/<pid>/stat`, every 0.2 s): user and kernel CPU seconds,
+minor page faults and RSS, per process (named from the DISTGNN_* variables the launcher sets).
+The job's own figures come from its `result.json`: `epoch_time_s`, `eval_time_s`,
+`data_wait_frac`, accuracies.
 
 The phases are cut at the job's clock: the training epoch is the `epoch_time_s` seconds before
 evaluation starts, and evaluation is the `eval_time_s` seconds before the epoch's metrics line
 appears in rank 0's log, so the CPU, faults and memory of each phase are their own. Records:
-`data_wait_frac`, `kernel_cpu_frac_train` (kernel ÷ all CPU of the job's processes during the
-epoch), `minor_faults_per_batch`, `eval_over_epoch`, `peak_gb_eval_over_train`, accuracies.
+`epoch_time_s`, `data_wait_frac`, `kernel_cpu_frac_train` (kernel ÷ all CPU of the job's
+processes during the epoch), `minor_faults_per_batch` and `sampler_cpu_s_per_batch` (all
+processes, per batch of either rank), `eval_time_s` (ratio: ÷ the epoch), `peak_node_gb_eval`
+(trainer + sampler RSS of one node; ratio: ÷ the training peak), `test_acc`.
 """
 
 from __future__ import annotations
@@ -63,15 +65,18 @@ def _role(pid: int) -> str | None:
 
 
 def _children(pid: int) -> list[int]:
+    """Every descendant of `pid` (the children of each of its threads, recursively)."""
     out, todo = [], [pid]
     while todo:
         p = todo.pop()
-        try:
-            kids = Path(f"/proc/{p}/task/{p}/children").read_text().split()
-        except OSError:
-            continue
-        out += [int(k) for k in kids]
-        todo += [int(k) for k in kids]
+        kids = []
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                kids += [int(k) for k in (task / "children").read_text().split()]
+            except OSError:
+                continue
+        out += kids
+        todo += kids
     return out
 
 
