@@ -30,6 +30,8 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
+
 from bench.common import record
 
 BENCH = "products_job"
@@ -50,34 +52,28 @@ def _stat(pid: int) -> tuple[float, float, int, int] | None:
     return utime / TICK, stime / TICK, minflt, rss * PAGE
 
 
-def _role(pid: int) -> str | None:
-    """`trainer<node>-<local>` / `sampler<node>-<local>-<w>` of a job child (from the
-    DISTGNN_* variables the launcher gave it), else None."""
+def _name(pid: int) -> str | None:
+    """The worker name (`trainer0-0`, `sampler0-0-0`, ...) of a job child, from the
+    DISTGNN_* variables the launcher gave it; None for any other process."""
+    from app.runtime import Runtime
+
     try:
         raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     except OSError:
         return None
     env = dict(item.decode(errors="replace").split("=", 1) for item in raw if b"=" in item)
-    if "DISTGNN_ROLE" not in env:
+    try:
+        return Runtime.from_env(env).name
+    except RuntimeError:  # not started by the launcher
         return None
-    name = f"{env['DISTGNN_ROLE']}{env['DISTGNN_NODE_RANK']}-{env['DISTGNN_LOCAL_RANK']}"
-    return name if env["DISTGNN_ROLE"] == "trainer" else f"{name}-{env['DISTGNN_WORKER_INDEX']}"
 
 
 def _children(pid: int) -> list[int]:
-    """Every descendant of `pid` (the children of each of its threads, recursively)."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        kids = []
-        for task in Path(f"/proc/{p}/task").glob("*"):
-            try:
-                kids += [int(k) for k in (task / "children").read_text().split()]
-            except OSError:
-                continue
-        out += kids
-        todo += kids
-    return out
+    """Every descendant of `pid`."""
+    try:
+        return [p.pid for p in psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
 
 
 class Monitor(threading.Thread):
@@ -93,7 +89,7 @@ class Monitor(threading.Thread):
             now, row = time.monotonic(), {}
             for pid in _children(self.root):
                 if pid not in self.names:
-                    name = _role(pid)
+                    name = _name(pid)
                     if name is None:
                         continue
                     self.names[pid] = name

@@ -162,21 +162,19 @@ class _Run:
             raise ValueError(f"node types {missing} have neither features nor embeddings")
         self.plan = _plan(view)
 
-    def _read(self, table: Any, ntype: str, spare: bool = False) -> Tensor:
+    def _read(self, table: Any, ntype: str, buf: Tensor | None = None) -> Tensor:
         """The layer buffer of `table` (see `_ReadPlan`): its local rows, then the fetched ones.
 
-        `spare`: the table's shard is the head of a buffer already sized for the fetched rows
-        (a layer output, see `_buffer`), so they are fetched into its tail and nothing is
-        copied; otherwise (inputs) the local rows are copied once into a new buffer, unless
-        nothing is fetched (one process: the table itself is the buffer).
+        `buf`: the buffer whose head is the table's shard (a layer output, see `_buffer`), so
+        the fetched rows go to its tail and nothing is copied; without it (inputs) the local
+        rows are copied once into a new buffer, unless nothing is fetched (one process: the
+        table itself is the buffer).
         """
         local, fetch = _shard(table), self.plan.fetch[ntype]
         if not fetch.numel():
             return local
         n = self.plan.local[ntype]
-        if spare:
-            buf = self.buffers[id(table)]
-        else:
+        if buf is None:
             buf = torch.empty(n + fetch.numel(), *local.shape[1:], dtype=torch.float32)
             buf[:n] = local
         table.read(fetch, out=buf[n:])
@@ -197,31 +195,33 @@ class _Run:
         """The final layer's tables (every node of every output type), still registered."""
         view, round_ = self.view, self.view.next_round()
         degrees = self._degrees()
-        tables, made, self.buffers = dict(self.inputs), [], {}
+        tables, made, bufs = dict(self.inputs), [], {}  # bufs: the tables made last layer
         last = self.net.num_inference_layers - 1
         for layer in range(last + 1):
             ets = [et for et in self.typed.edge_types(layer, set(tables)) if et in view.edges]
             out_types = sorted({et[-1] for et in ets})
             width = self.net.inference_width(layer)
-            new, bufs = {}, {}
-            for t in out_types:
-                bufs[t] = self._buffer(t, width, layer < last)
-                local = bufs[t][: self.plan.local[t]]
-                new[t] = view.backend.new_table(
-                    view.table_name(round_, layer, t), t, view.num_nodes[t], local
+            new_bufs = {t: self._buffer(t, width, layer < last) for t in out_types}
+            new = {
+                t: view.backend.new_table(
+                    view.table_name(round_, layer, t),
+                    t,
+                    view.num_nodes[t],
+                    new_bufs[t][: self.plan.local[t]],
                 )
+                for t in out_types
+            }
             used = sorted({et[0] for et in ets} | set(out_types))
-            rows = {t: self._read(tables[t], t, id(tables[t]) in self.buffers) for t in used}
+            rows = {t: self._read(tables[t], t, bufs.get(t)) for t in used}
             rows = self.typed.prepare(layer, rows)
             for t in out_types:
                 ets_t = [et for et in ets if et[-1] == t]
-                self._layer(layer, t, ets_t, rows, degrees, new[t], bufs[t])
+                self._layer(layer, t, ets_t, rows, degrees, new[t], new_bufs[t])
             del rows  # freed before the next layer's rows are read (peak: one layer's rows)
             view.backend.barrier()  # layer complete everywhere before anyone reads it
             for table in made:
                 view.backend.drop(table)
-            self.buffers = {id(new[t]): bufs[t] for t in out_types}
-            made, tables = list(new.values()), new
+            made, tables, bufs = list(new.values()), new, new_bufs
         return NodeRows(view, tables)
 
     def _layer(

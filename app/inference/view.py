@@ -89,10 +89,6 @@ class DistBackend:
     def new_table(self, name: str, ntype: str, num_rows: int, local: Tensor) -> DistTensor:
         """A `DistTensor` whose shard is `local` itself (the rows `local_ids` lists; the caller
         writes them), so the layer that fills it and the next that reads it copy nothing."""
-
-        def init(shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
-            return local if self.is_owner else torch.empty(0)
-
         return DistTensor(
             (num_rows, int(local.shape[1])),
             torch.float32,
@@ -100,7 +96,7 @@ class DistBackend:
             book=self.books[ntype],
             part_id=self.part_id,
             is_owner=self.is_owner,
-            init_func=init,
+            init_func=lambda shape, dtype: local,  # called on the owner only
         )
 
     def drop(self, table: Any) -> None:
