@@ -180,6 +180,10 @@ def measure(nodes: int, extra: list[str]) -> dict[str, float]:
         "peak_node_gb_train": train["peak_node_gb"],
         "peak_node_gb_eval": evaluation["peak_node_gb"],
         "eval_cpu_s": evaluation["user_s"] + evaluation["sys_s"],
+        "train_by_role": {k: v for k, v in train.items() if k.startswith(("trainer", "sampler"))},
+        "eval_by_role": {
+            k: v for k, v in evaluation.items() if k.startswith(("trainer", "sampler"))
+        },
         "job": str(job),
     }
 

@@ -42,6 +42,7 @@ from app.sampler.kernel import derive_seed
 
 Stores = tuple[LocalFeatureStore, LocalGraphStore]
 log = logging.getLogger("distgnn")
+PREPARE_TIMEOUTS = 5  # a sampler's warm-up may wait 4 RPC timeouts for a halo cache fill
 DEFAULT_RPC_THREADS = 32  # num_rpc_threads=None: RPC handler threads of a process
 
 
@@ -163,6 +164,17 @@ class DistLoader:
         # rpc_timeout: waiting longer for the whole batch lets the inner error name the culprit
         self._batch_timeout = rpc_timeout * (self.sampler.num_hops + 2)
         self._release = weakref.finalize(self, _release, self._pool, self.ring, self._group)
+        self._warming = self._prepare_samplers()
+
+    def _prepare_samplers(self) -> list[rpc.PendingCall]:
+        """Have every sampler build what its first batches need (`DistNeighborSampler.prepare`)
+        while the trainer sets up; the first epoch waits for it before its first batch."""
+        if not self.workers:
+            self.sampler.prepare(self.concurrency)
+            return []
+        args, part = (self.spec, self.concurrency), self.ctx.partition_idx
+        timeout = PREPARE_TIMEOUTS * self.rpc_timeout
+        return [rpc.call_async(w, "prepare_sampler", args, part, timeout) for w in self.workers]
 
     def _join_rpc(
         self, given: DistContext | None, master_addr: str | None, master_port: Any,
@@ -228,6 +240,8 @@ class DistLoader:
     def _pipeline(self, batches: list[Tensor], epoch: int) -> Iterator[Any]:
         """Keep up to `concurrency` batches in flight (with `async_sampling=False`, one,
         requested when the previous one is taken); yield them in order."""
+        while self._warming:
+            self._warming.pop().wait()
         window: deque = deque()
         todo = iter(enumerate(batches))
         for i, index in todo:

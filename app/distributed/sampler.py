@@ -126,7 +126,8 @@ class DistNeighborSampler:
         self.feature_store.use_cache(feature_cache_size, self.graph_store)
         self.partition_idx = self.graph_store.partition_idx
         self.stats = HopStats()
-        self._tls = threading.local()
+        self._free: dict[Any, list[Relabeler]] = {}  # reset relabelers, per node type
+        self._free_lock = threading.Lock()
 
     @classmethod
     def from_spec(
@@ -204,14 +205,32 @@ class DistNeighborSampler:
 
     # -- multi-hop ----------------------------------------------------------------------------
 
-    def _relabeler(self, node_type: Any) -> Relabeler:
-        """This thread's relabeler for `node_type` (a dense O(N) map, reused across batches)."""
-        cache = getattr(self._tls, "relabel", None)
-        if cache is None:
-            cache = self._tls.relabel = {}
-        if node_type not in cache:
-            cache[node_type] = Relabeler(self.graph_store.num_nodes(node_type), self.disjoint)
-        return cache[node_type]
+    def _take_relabelers(self, node_types: list[Any]) -> dict[Any, Relabeler]:
+        """A relabeler per node type (dense O(N) maps) from the free list, new ones only when
+        every free one is in use: as many exist as batches were ever sampled at once, not one
+        per RPC thread that happened to serve a batch (each costs O(N) memory to create)."""
+        with self._free_lock:
+            free = self._free
+            out = {t: free[t].pop() if free.get(t) else None for t in node_types}
+        gs = self.graph_store
+        return {t: r or Relabeler(gs.num_nodes(t), self.disjoint) for t, r in out.items()}
+
+    def prepare(self, concurrency: int) -> None:
+        """Do now what the first batches would: a relabeler per batch in flight, the feature
+        store's halo cache and id maps — so a loader's first epoch does not wait for them."""
+        ntypes = list(self.graph_store.meta["node_types"]) if self.graph_store.is_hetero else [None]
+        sets = [self._take_relabelers(ntypes) for _ in range(max(1, concurrency))]
+        for rels in sets:
+            self._give_back(rels)
+        self.feature_store.prepare()
+
+    def _give_back(self, rels: dict[Any, Relabeler]) -> None:
+        """Reset `rels` (O(#touched)) and return them to the free list."""
+        for rel in rels.values():
+            rel.reset()
+        with self._free_lock:
+            for t, rel in rels.items():
+                self._free.setdefault(t, []).append(rel)
 
     def sample_from_nodes(
         self,
@@ -238,15 +257,14 @@ class DistNeighborSampler:
         gs = self.graph_store
         etypes = gs.edge_types if gs.is_hetero else [None]
         ntypes = list(gs.meta["node_types"]) if gs.is_hetero else [None]
-        rels = {t: self._relabeler(t) for t in ntypes}
+        rels = self._take_relabelers(ntypes)
         try:
             seeds = {t: s.numpy() for t, s in seeds.items()}
             out = self._grow(seeds, seed, etypes, ntypes, rels, times)
             nodes = {t: rels[t].nodes.copy() for t in ntypes}
             batch = {t: rels[t].batch.copy() for t in ntypes} if self.disjoint else None
         finally:
-            for rel in rels.values():
-                rel.reset()
+            self._give_back(rels)
         rows, cols, eids, nsn, nse = out
         t64 = torch.from_numpy
         if not gs.is_hetero:

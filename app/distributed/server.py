@@ -4,9 +4,9 @@ Any process that holds a partition (every sampler process; a trainer sampling in
 registers its stores (`endpoints.register`) BEFORE joining the RPC group, so no request can
 arrive first. The `remote_*` functions below are the service table, every endpoint a peer can
 call, by name (`rpc.call_async(peer, "hop", args)`): hop (with optional seed times), features,
-sample_batch (with optional seed times), sample_edges, tensor_pull / tensor_push / tensor_apply
-(DistTensor rows, served by the process holding the shard), stats, ping, stop. They run on this
-process's RPC threads against the registered stores.
+sample_batch (with optional seed times), sample_edges, prepare_sampler (a loader's warm-up),
+tensor_pull / tensor_push / tensor_apply (DistTensor rows, served by the process holding the
+shard), stats, ping, stop. They run on this process's RPC threads against the registered stores.
 
 The sampler process that serves them (`run_sampler`) and its lifecycle live in `workers`.
 """
@@ -61,6 +61,12 @@ def remote_sample_batch(
     alloc = SlotWriter(slot) if slot else None
     data = sampler_for(spec).sample_batch(seeds, input_id, input_type, seed, alloc, seed_time)
     return alloc.export(data) if alloc else data
+
+
+@endpoint("prepare_sampler")
+def remote_prepare_sampler(spec: Any, concurrency: int) -> None:
+    """Build a trainer's sampler and what its first batches need, before it asks for any."""
+    sampler_for(spec).prepare(concurrency)
 
 
 @endpoint("sample_edges")

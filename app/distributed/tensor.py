@@ -28,6 +28,7 @@ from app.runtime import worker_name
 _REGISTRY: dict[str, DistTensor] = {}
 _REGISTERED = threading.Condition()
 REGISTRATION_WAIT_S = 60.0
+READ_PIECE_BYTES = 8 << 20  # a large read goes in pieces of about this many bytes per call
 
 
 class PartitionBook(Protocol):
@@ -123,11 +124,19 @@ class DistTensor:
 
     def read(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """Rows `ids`, written into `out` when given (`[len(ids), *row_shape]`, e.g. the tail of
-        a caller's buffer: each owner's answer is copied once, straight to its positions)."""
+        a caller's buffer: each owner's answer is copied once, straight to its positions).
+
+        A large read goes in pieces of ~`READ_PIECE_BYTES` (one batched call per owner and
+        piece): messages stay bounded, and both ends reuse the same few MB of buffers instead
+        of touching fresh pages for one answer the size of the whole read."""
         ids = torch.as_tensor(ids, dtype=torch.long)
         if out is None:
             out = torch.empty((len(ids), *self.shape[1:]), dtype=self.dtype)
-        return merge_rows(*self._route("pull", ids), out)
+        row_bytes = max(1, math.prod(self.shape[1:]) * self.dtype.itemsize)
+        step = max(1, READ_PIECE_BYTES // row_bytes)
+        for lo in range(0, len(ids), step):
+            merge_rows(*self._route("pull", ids[lo : lo + step]), out[lo : lo + step])
+        return out
 
     def __setitem__(self, ids: torch.Tensor, values: torch.Tensor) -> None:
         ids = torch.as_tensor(ids, dtype=torch.long)

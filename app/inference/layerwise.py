@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from app.inference.view import EDGE, EdgeType, GraphView
-from app.model.gnn import Block
+from app.model.gnn import Block, SplitRows, range_start, whole
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +70,15 @@ class _Homogeneous:
         return rows if prepare is None else {t: prepare(layer, h) for t, h in rows.items()}
 
     def layer(
-        self, layer: int, h_own: Tensor, lead: Tensor, inputs: dict[EdgeType, tuple[Tensor, Block]]
+        self,
+        layer: int,
+        h_own: Tensor,
+        lead: Tensor,
+        inputs: dict[EdgeType, tuple[Tensor, Block]],
+        out: Tensor | None,
     ) -> Tensor:
         h_src, block = inputs[EDGE]  # the block's `dst` marks the targets among the sources
-        return self.net.inference_layer(layer, h_src, block)
+        return self.net.inference_layer(layer, h_src, block, out)
 
 
 class _Heterogeneous:
@@ -83,13 +88,18 @@ class _Heterogeneous:
     def edge_types(self, layer: int, types: set[str]) -> list[EdgeType]:
         return self.net.inference_edge_types(layer, types)
 
-    def prepare(self, layer: int, rows: dict[str, Tensor]) -> dict[str, Any]:
-        return rows
+    def prepare(self, layer: int, rows: dict[str, Any]) -> dict[str, Any]:
+        return {t: whole(h) for t, h in rows.items()}  # hetero layers index one tensor
 
     def layer(
-        self, layer: int, h_own: Tensor, lead: Tensor, inputs: dict[EdgeType, tuple[Tensor, Block]]
+        self,
+        layer: int,
+        h_own: Tensor,
+        lead: Tensor,
+        inputs: dict[EdgeType, tuple[Tensor, Block]],
+        out: Tensor | None,
     ) -> Tensor:
-        return self.net.inference_layer(layer, h_own[lead], inputs)
+        return self.net.inference_layer(layer, h_own[lead], inputs)  # returns fresh rows
 
 
 @dataclass
@@ -162,22 +172,22 @@ class _Run:
             raise ValueError(f"node types {missing} have neither features nor embeddings")
         self.plan = _plan(view)
 
-    def _read(self, table: Any, ntype: str, buf: Tensor | None = None) -> Tensor:
-        """The layer buffer of `table` (see `_ReadPlan`): its local rows, then the fetched ones.
+    def _read(self, table: Any, ntype: str, buf: Tensor | None = None) -> Tensor | SplitRows:
+        """The layer rows of `table` (see `_ReadPlan`): its local rows, then the fetched ones.
 
         `buf`: the buffer whose head is the table's shard (a layer output, see `_buffer`), so
-        the fetched rows go to its tail and nothing is copied; without it (inputs) the local
-        rows are copied once into a new buffer, unless nothing is fetched (one process: the
-        table itself is the buffer).
+        the fetched rows go to its tail and nothing is copied; without it (inputs) the rows
+        are `SplitRows`: the shard where it lies (e.g. memory-mapped features, holding this
+        rank's targets), the fetched rows in a buffer of their own; nothing fetched (one
+        process): the table itself; nothing held (a node's other trainers): the fetched rows.
         """
         local, fetch = _shard(table), self.plan.fetch[ntype]
         if not fetch.numel():
             return local
-        n = self.plan.local[ntype]
         if buf is None:
-            buf = torch.empty(n + fetch.numel(), *local.shape[1:], dtype=torch.float32)
-            buf[:n] = local
-        table.read(fetch, out=buf[n:])
+            fetched = table.read(fetch)
+            return SplitRows(local, fetched) if local.size(0) else fetched
+        table.read(fetch, out=buf[self.plan.local[ntype] :])
         return buf
 
     def _buffer(self, ntype: str, width: int, read_next: bool) -> Tensor:
@@ -189,7 +199,9 @@ class _Run:
     def _degrees(self) -> dict[EdgeType, Tensor]:
         if not getattr(self.net, "needs_degree", False):
             return {}
-        return {et: self._read(table, et[0]).view(-1) for et, table in self.view.degree.items()}
+        return {
+            et: whole(self._read(table, et[0])).view(-1) for et, table in self.view.degree.items()
+        }
 
     def run(self) -> NodeRows:
         """The final layer's tables (every node of every output type), still registered."""
@@ -245,7 +257,11 @@ class _Run:
             stop = min(start + self.chunk, mine.numel())
             lead = self.plan.mine_pos[ntype][start:stop]  # the targets' own rows
             inputs = {et: (rows[et[0]], self._block(et, start, stop, lead, degrees)) for et in ets}
-            result = self.typed.layer(layer, rows[ntype], lead, inputs)
+            first = range_start(lead) if held else None
+            dest = None if first is None else buf[first : first + lead.numel()]
+            result = self.typed.layer(layer, rows[ntype], lead, inputs, dest)
+            if dest is not None and result is dest:
+                continue  # written in place, straight into this process's shard
             if held:  # the targets' rows are in this process's shard
                 buf.index_copy_(0, lead, result)
             else:

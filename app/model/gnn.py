@@ -70,6 +70,27 @@ def _csr_spmm(crow, col, val, h, out):  # pragma: no cover - compiled
 
 
 @numba.njit(nogil=True, cache=True)
+def _csr_mean(crow, col, head, tail, out):  # pragma: no cover - compiled
+    """out[i] = mean over row i's entries j of source row col[j] of [head; tail] (0 for none):
+    the mean aggregation without per-edge weights, writing every output row (`out` may be
+    uninitialised). The sources are two arrays so that a rank's own rows are read where they
+    lie (e.g. memory-mapped features) and only its fetched rows need a buffer."""
+    width, n_head = out.shape[1], head.shape[0]
+    for i in range(out.shape[0]):
+        row = out[i]
+        row[:] = 0
+        for j in range(crow[i], crow[i + 1]):
+            c = col[j]
+            src = head[c] if c < n_head else tail[c - n_head]
+            for f in range(width):
+                row[f] += src[f]
+        if crow[i + 1] > crow[i]:
+            scale = np.float32(1.0) / np.float32(crow[i + 1] - crow[i])
+            for f in range(width):
+                row[f] *= scale
+
+
+@numba.njit(nogil=True, cache=True)
 def _counting_sort(keys, n):  # pragma: no cover - compiled
     """Stable permutation sorting `keys` (ints in [0, n)) and the CSR pointer of the groups."""
     ptr = np.zeros(n + 1, np.int64)
@@ -211,7 +232,7 @@ class SampledGraph:
         return dinv[self.col] * dinv[self.row], dinv * dinv
 
 
-def _range_start(ids: Tensor | None) -> int | None:
+def range_start(ids: Tensor | None) -> int | None:
     """`ids[0]` if `ids` is the range ids[0], ids[0] + 1, ... (then rows are a slice), else None."""
     if ids is None or not ids.numel():
         return None
@@ -219,6 +240,37 @@ def _range_start(ids: Tensor | None) -> int | None:
     if int(ids[-1]) - start + 1 != ids.numel() or not bool((ids[1:] > ids[:-1]).all()):
         return None
     return start
+
+
+class SplitRows:
+    """Source rows `[head; tail]` read as one table without concatenating them: a rank's own
+    rows where they lie (its shard, e.g. memory-mapped input features) and the rows it fetched.
+
+    `Block.mean` and `Block.targets` read both parts in place (targets are in `head`); layers
+    that need one tensor call `whole()`."""
+
+    def __init__(self, head: Tensor, tail: Tensor) -> None:
+        if head.shape[1:] != tail.shape[1:]:
+            raise ValueError(f"row shapes differ: {list(head.shape)} vs {list(tail.shape)}")
+        self.head, self.tail = head, tail
+
+    def __len__(self) -> int:
+        return self.head.size(0) + self.tail.size(0)
+
+    def whole(self) -> Tensor:
+        return torch.cat([self.head, self.tail])
+
+    def project(self, weight: Tensor) -> Tensor:
+        """`[head; tail] @ weight.T` as one tensor (each part multiplied where it lies)."""
+        out = torch.empty(len(self), weight.size(0))
+        torch.matmul(self.head, weight.t(), out=out[: self.head.size(0)])
+        torch.matmul(self.tail, weight.t(), out=out[self.head.size(0) :])
+        return out
+
+
+def whole(h: Tensor | SplitRows) -> Tensor:
+    """`h` as one tensor (split rows concatenated)."""
+    return h.whole() if isinstance(h, SplitRows) else h
 
 
 class Block:
@@ -246,12 +298,37 @@ class Block:
         self.crow, self.col, self.n_src, self.src_degree = crow, col, n_src, src_degree
         self.n_dst = crow.numel() - 1
         self.dst = dst
-        counts = crow[1:] - crow[:-1]
-        self.row = torch.repeat_interleave(torch.arange(self.n_dst), counts)
-        self._dst_start = _range_start(dst)
+        self._row: Tensor | None = None
+        self._dst_start = range_start(dst)
 
-    def targets(self, h: Tensor) -> Tensor:
-        """The targets' own rows of the source rows `h` (a view when they are consecutive)."""
+    @property
+    def row(self) -> Tensor:
+        """Each edge's target row (built on first use: the mean path never needs it)."""
+        if self._row is None:
+            counts = self.crow[1:] - self.crow[:-1]
+            self._row = torch.repeat_interleave(torch.arange(self.n_dst), counts)
+        return self._row
+
+    def mean(self, h: Tensor | SplitRows, out: Tensor | None = None) -> Tensor:
+        """Each target's mean over its in-neighbours' rows of `h` (float32), into `out`
+        ([n_dst, width], any contents) when given: no per-edge weights or temporaries."""
+        head, tail = (h.head, h.tail) if isinstance(h, SplitRows) else (h, h[:0])
+        if head.dtype != torch.float32 or tail.dtype != torch.float32:
+            raise ValueError(f"node features must be float32, got {head.dtype}")
+        if out is None:
+            out = torch.empty(self.n_dst, head.size(1))
+        arrays = (a.detach().contiguous().numpy() for a in (head, tail))
+        _csr_mean(self.crow.numpy(), self.col.numpy(), *arrays, out.numpy())
+        return out
+
+    def targets(self, h: Tensor | SplitRows) -> Tensor:
+        """The targets' own rows of the source rows `h` (a view when they are consecutive;
+        of `h.head` for split rows, which holds the targets)."""
+        if isinstance(h, SplitRows):  # the targets are a rank's own rows: in the head
+            last = self.n_dst if self.dst is None else int(self.dst.max()) + 1
+            if last > h.head.size(0):
+                raise ValueError(f"block targets reach row {last - 1} past the split's head")
+            h = h.head
         if self.dst is None:
             return h[: self.n_dst]
         if self._dst_start is not None:
@@ -329,16 +406,21 @@ class SAGELayer(nn.Module):
         """Whether the layer shrinks the width (then projecting before aggregating is cheaper)."""
         return self.lin_neigh.out_features < self.lin_neigh.in_features
 
-    def infer(self, h: Tensor | tuple[Tensor, Tensor], block: Block) -> Tensor:
+    def infer(
+        self, h: Tensor | tuple[Tensor, Tensor], block: Block, out: Tensor | None = None
+    ) -> Tensor:
         """The block's targets from the source rows `h`, or `(h, h W_neigh^T)` (`narrows`: the
         projection computed once for every chunk); else it aggregates first, so only the rows
-        the block reads are used."""
+        the block reads are used. Written into `out` when given ([n_dst, out_channels]): the
+        products accumulate there, so a chunk allocates only its aggregate."""
+        if out is None:
+            out = torch.empty(block.n_dst, self.lin_neigh.out_features)
         if isinstance(h, tuple):
             h, projected = h
-            neigh = aggregate(block.mean_adjacency(), projected) + self.lin_neigh.bias
+            block.mean(projected, out).add_(self.lin_neigh.bias)
         else:
-            neigh = self.lin_neigh(aggregate(block.mean_adjacency(), h))
-        return neigh + self.lin_root(block.targets(h))
+            torch.addmm(self.lin_neigh.bias, block.mean(h), self.lin_neigh.weight.t(), out=out)
+        return out.addmm_(block.targets(h), self.lin_root.weight.t())
 
     def propagate(self, h: Tensor, adj: CSR, n_out: int) -> Tensor:
         """The layer on the first `n_out` rows of `h`, neighbours given by `adj`."""
@@ -366,8 +448,10 @@ class GCNLayer(nn.Module):
         _, n_out, _ = graph.edges(layer)
         return self.propagate(h, graph.adjacency(layer, edge_w), self_w[:n_out])
 
-    def infer(self, h: Tensor, block: Block) -> Tensor:
-        """The block's targets: `(A h + self_w h_dst) W + b` (aggregating first, as SAGE)."""
+    def infer(self, h: Tensor | SplitRows, block: Block, out: Tensor | None = None) -> Tensor:
+        """The block's targets: `(A h + self_w h_dst) W + b` (aggregating first, as SAGE);
+        `out` is ignored (a fresh tensor is returned)."""
+        h = whole(h)
         adj, self_w = block.gcn_adjacency()
         return self.lin(aggregate(adj, h) + block.targets(h) * self_w[:, None]) + self.bias
 
@@ -394,8 +478,10 @@ class GATLayer(nn.Module):
         _, n_out, _ = graph.edges(layer)
         return self.conv(h, graph.edge_index(layer))[:n_out]
 
-    def infer(self, h: Tensor, block: Block) -> Tensor:
-        """Attention over each target's full in-neighbourhood (plus its self-loop)."""
+    def infer(self, h: Tensor | SplitRows, block: Block, out: Tensor | None = None) -> Tensor:
+        """Attention over each target's full in-neighbourhood (plus its self-loop); `out` is
+        ignored (a fresh tensor is returned)."""
+        h = whole(h)
         src, local = block.compact()
         return self.conv(h[src], local.edge_index())[: block.n_dst]
 
@@ -473,16 +559,22 @@ class SampledGNN(nn.Module):
         `h`, or `(h, h W_neigh^T)` for a SAGE layer that `narrows` (fewer columns to aggregate)."""
         lyr = self.layers[layer]
         if isinstance(lyr, SAGELayer) and lyr.narrows:
-            return h, h @ lyr.lin_neigh.weight.t()
+            w = lyr.lin_neigh.weight
+            return h, h.project(w) if isinstance(h, SplitRows) else h @ w.t()
         return h
 
     def inference_layer(
-        self, layer: int, h_src: Tensor | tuple[Tensor, Tensor], block: Block
+        self,
+        layer: int,
+        h_src: Tensor | tuple[Tensor, Tensor],
+        block: Block,
+        out: Tensor | None = None,
     ) -> Tensor:
         """Layer `layer` of the block's targets from layer `layer - 1` rows (eval semantics;
-        `h_src` as `inference_rows` made it)."""
-        h = self.layers[layer].infer(h_src, block)
-        return F.relu(h) if layer < self.num_layers - 1 else h
+        `h_src` as `inference_rows` made it). With `out` ([n_dst, width]) a layer that can
+        writes its rows there (SAGE) and returns `out`; others return a fresh tensor."""
+        h = self.layers[layer].infer(h_src, block, out)
+        return h.relu_() if layer < self.num_layers - 1 else h
 
     def _edge_values(self, graph: SampledGraph) -> Tensor | tuple[Tensor, Tensor] | None:
         if self.kind == "sage":
@@ -516,8 +608,11 @@ class MLP(nn.Module):
     def inference_width(self, layer: int) -> int:
         return self.lins[layer].out_features
 
-    def inference_layer(self, layer: int, h_src: Tensor, block: Block) -> Tensor:
-        """Layer `layer` of the block's targets (the first `n_dst` rows; edges are ignored)."""
+    def inference_layer(
+        self, layer: int, h_src: Tensor, block: Block, out: Tensor | None = None
+    ) -> Tensor:
+        """Layer `layer` of the block's targets (the first `n_dst` rows; edges are ignored;
+        `out` too: a fresh tensor is returned)."""
         h = self.lins[layer](block.targets(h_src))
         return F.relu(h) if layer < len(self.lins) - 1 else h
 

@@ -50,9 +50,11 @@ class BipartiteSAGE(nn.Module):
             neigh = F.linear(aggregate(adj, h_src), w, b)
         return neigh + self.lin_root(h_dst)
 
-    def infer(self, h_src: Tensor, h_dst: Tensor, adj: CSR) -> Tensor:
-        """Layer-wise inference: aggregates first, so only the source rows `adj` reads are used."""
-        return self.lin_neigh(aggregate(adj, h_src)) + self.lin_root(h_dst)
+    def infer(self, h_src: Tensor, h_dst: Tensor, block: Block) -> Tensor:
+        """Layer-wise inference: aggregates first (the block's mean, no per-edge weights), so
+        only the source rows the block reads are used."""
+        out = torch.addmm(self.lin_neigh.bias, block.mean(h_src), self.lin_neigh.weight.t())
+        return out.addmm_(h_dst, self.lin_root.weight.t())
 
 
 class TypedEdges:
@@ -164,11 +166,11 @@ class HeteroSAGE(nn.Module):
         convs = self.layers[layer]
         out = None
         for et, (h_src, block) in inputs.items():
-            msg = convs[edge_key(et)].infer(h_src, h_dst, block.mean_adjacency())
-            out = msg if out is None else out + msg
+            msg = convs[edge_key(et)].infer(h_src, h_dst, block)
+            out = msg if out is None else out.add_(msg)
         if out is None:
             raise ValueError(f"layer {layer}: no edge type feeds this node type")
-        return F.relu(out) if layer < self.num_layers - 1 else out
+        return out.relu_() if layer < self.num_layers - 1 else out
 
     def _sizes(
         self, h: dict[str, Tensor], layer: int, counts: dict[str, list[int]] | None

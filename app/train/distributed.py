@@ -154,6 +154,8 @@ def train_distributed(runtime: Runtime, cfg: Config) -> dict[str, float]:
             task = build_task(cfg, source)
         _log_shares(runtime, task.loaders)
         _start_tracking(session, source.part)
+        with phase("ranks ready"):  # the first epoch starts together: no rank's epoch time
+            dist.barrier()  # or data wait counts rank 0's tracker start-up
         metrics = fit(
             task, FitOptions.from_config(cfg.train, runtime.job_dir), tracker=session.tracker
         )
