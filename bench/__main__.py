@@ -23,6 +23,7 @@ BENCHES = [
     "e2e",  # end-to-end epochs, 1 and 2 local nodes
     "e2e_hetero_link",  # mag_hetero and products_link epochs
     "eval",  # val+test evaluation: layer-wise (exact) vs sampled, 1 process and 2 partitions
+    "layerwise_kernel",  # layer-wise mean aggregation with vs without software prefetch
 ]
 
 

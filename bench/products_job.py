@@ -7,7 +7,9 @@ nodes, a sampler process per trainer, layer-wise evaluation). First, untimed, `t
 generates the graph (cached under `data/`, as for any job) and partitions it (under
 `outputs/bench/products/`); then the training job is measured. While it runs, a monitor polls
 every process of the job (`/proc/<pid>/stat`, every 0.2 s): user and kernel CPU seconds,
-minor page faults and RSS, per process (named from the DISTGNN_* variables the launcher sets).
+minor page faults and RSS, per process (named from the DISTGNN_* variables the launcher sets),
+and every two seconds the proportional set size (PSS: a page shared by k processes counts 1/k in
+each — the partition's memory-mapped files are mapped by both processes of a node).
 The job's own figures come from its `result.json`: `epoch_time_s`, `eval_time_s`,
 `data_wait_frac`, accuracies.
 
@@ -17,11 +19,13 @@ appears in rank 0's log, so the CPU, faults and memory of each phase are their o
 `epoch_time_s`, `data_wait_frac`, `kernel_cpu_frac_train` (kernel ÷ all CPU of the job's
 processes during the epoch), `minor_faults_per_batch` and `sampler_cpu_s_per_batch` (all
 processes, per batch of either rank), `eval_time_s` (ratio: ÷ the epoch), `peak_node_gb_eval`
-(trainer + sampler RSS of one node; ratio: ÷ the training peak), `test_acc`.
+(trainer + sampler PSS of one node; ratio: ÷ the training peak; the RSS sums, which count the
+shared file pages twice, are in the JSON as `peak_node_rss_gb_*`), `test_acc`.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -39,6 +43,7 @@ NODES = 2_449_029
 TICK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 POLL_S = 0.2
+PSS_EVERY = 10  # polls between PSS reads (smaps_rollup walks the page tables: ~30 ms a process)
 
 
 def _stat(pid: int) -> tuple[float, float, int, int] | None:
@@ -50,6 +55,17 @@ def _stat(pid: int) -> tuple[float, float, int, int] | None:
     fields = raw[raw.rindex(")") + 2 :].split()  # after "pid (comm) "
     minflt, utime, stime, rss = int(fields[7]), int(fields[11]), int(fields[12]), int(fields[21])
     return utime / TICK, stime / TICK, minflt, rss * PAGE
+
+
+def _pss(pid: int) -> int | None:
+    """Proportional set size of `pid` in bytes, None once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
 
 
 def _name(pid: int) -> str | None:
@@ -77,15 +93,19 @@ def _children(pid: int) -> list[int]:
 
 
 class Monitor(threading.Thread):
-    """Polls the job's processes; `samples`: (time, {name: (user, sys, minflt, rss)})."""
+    """Polls the job's processes; `samples`: (time, {name: (user, sys, minflt, rss, pss)}),
+    pss: the last PSS read (every `PSS_EVERY` polls)."""
 
     def __init__(self, root: int) -> None:
         super().__init__(daemon=True)
         self.root, self.samples, self.stop = root, [], threading.Event()
         self.names: dict[int, str] = {}
+        self.pss: dict[int, int] = {}
 
     def run(self) -> None:
-        while not self.stop.is_set():
+        for poll in itertools.count():
+            if self.stop.is_set():
+                return
             now, row = time.monotonic(), {}
             for pid in _children(self.root):
                 if pid not in self.names:
@@ -93,9 +113,11 @@ class Monitor(threading.Thread):
                     if name is None:
                         continue
                     self.names[pid] = name
+                if poll % PSS_EVERY == 0:
+                    self.pss[pid] = _pss(pid) or self.pss.get(pid, 0)
                 got = _stat(pid)
                 if got is not None:
-                    row[self.names[pid]] = got
+                    row[self.names[pid]] = (*got, self.pss.get(pid, 0))
             self.samples.append((now, row))
             time.sleep(POLL_S)
 
@@ -109,25 +131,26 @@ class Monitor(threading.Thread):
         return best
 
     def between(self, t0: float, t1: float) -> dict[str, float]:
-        """Counter deltas over [t0, t1] per role kind, and the peak RSS per node."""
+        """Counter deltas over [t0, t1] per role kind, and the peak PSS (and RSS) per node."""
         a, b = self.at(t0), self.at(t1)
         out = {"user_s": 0.0, "sys_s": 0.0, "minflt": 0.0}
-        for name, (u, s, f, _) in b.items():
-            u0, s0, f0, _ = a.get(name, (0.0, 0.0, 0, 0))
+        for name, (u, s, f, *_) in b.items():
+            u0, s0, f0, *_ = a.get(name, (0.0, 0.0, 0))
             kind = "trainer" if name.startswith("trainer") else "sampler"
             for key, value in (("user_s", u - u0), ("sys_s", s - s0), ("minflt", f - f0)):
                 out[key] += value
                 out[f"{kind}_{key}"] = out.get(f"{kind}_{key}", 0.0) + value
-        peak: dict[str, float] = {}
-        for when, row in self.samples:
-            if t0 <= when <= t1:
-                per_node: dict[str, int] = {}
-                for name, (*_, rss) in row.items():
-                    node = name.removeprefix("trainer").removeprefix("sampler").split("-")[0]
-                    per_node[node] = per_node.get(node, 0) + rss
-                for node, rss in per_node.items():
-                    peak[node] = max(peak.get(node, 0), rss)
-        out["peak_node_gb"] = max(peak.values(), default=0) / 2**30
+        for key, field in (("peak_node_rss_gb", -2), ("peak_node_gb", -1)):
+            peak: dict[str, float] = {}
+            for when, row in self.samples:
+                if t0 <= when <= t1:
+                    per_node: dict[str, int] = {}
+                    for name, values in row.items():
+                        node = name.removeprefix("trainer").removeprefix("sampler").split("-")[0]
+                        per_node[node] = per_node.get(node, 0) + values[field]
+                    for node, size in per_node.items():
+                        peak[node] = max(peak.get(node, 0), size)
+            out[key] = max(peak.values(), default=0) / 2**30
         return out
 
 
@@ -179,6 +202,8 @@ def measure(nodes: int, extra: list[str]) -> dict[str, float]:
         / result["steps"],
         "peak_node_gb_train": train["peak_node_gb"],
         "peak_node_gb_eval": evaluation["peak_node_gb"],
+        "peak_node_rss_gb_train": train["peak_node_rss_gb"],
+        "peak_node_rss_gb_eval": evaluation["peak_node_rss_gb"],
         "eval_cpu_s": evaluation["user_s"] + evaluation["sys_s"],
         "train_by_role": {k: v for k, v in train.items() if k.startswith(("trainer", "sampler"))},
         "eval_by_role": {

@@ -264,8 +264,8 @@ class LocalFeatureStore(FeatureStore):
 
     def prepare(self) -> None:
         """Open what the first lookups would: the halo cache (filled now if never filled for
-        this partition) and the id → row map of every node type."""
-        if self.num_partitions > 1:
+        this partition; needs the RPC router) and the id → row map of every node type."""
+        if self.num_partitions > 1 and self.router is not None:
             self._halo_cache()
         for group in self._global_id:
             if self._range_start(group) is None:

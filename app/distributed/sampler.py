@@ -36,7 +36,7 @@ from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.graph_store import LocalGraphStore
 from app.distributed.routing import HopResult, merge_ragged, route, split_by_owner, take
 from app.loader.batch import to_data, to_hetero_data
-from app.sampler.kernel import STRATEGIES, Relabeler, derive_seed, hop_seed, sample_hop
+from app.sampler.kernel import STRATEGIES, Relabeler, derive_seed, hop_seed, sample_hop, warmup
 
 EdgeType = tuple[str, str, str]
 # (edge type or None, frontier global ids, fan-out, seed, seed time per frontier entry or None)
@@ -223,6 +223,10 @@ class DistNeighborSampler:
         for rels in sets:
             self._give_back(rels)
         self.feature_store.prepare()
+        warmup()  # the sampling kernels, loaded before the first batch needs them ...
+        etypes = self.graph_store.edge_types if self.graph_store.is_hetero else [None]
+        empty = np.empty(0, np.int64)  # ... for this partition's index dtypes too
+        local_hop(self.graph_store, [(et, empty, 1, 0) for et in etypes], self.replace)
 
     def _give_back(self, rels: dict[Any, Relabeler]) -> None:
         """Reset `rels` (O(#touched)) and return them to the free list."""

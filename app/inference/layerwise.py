@@ -2,11 +2,14 @@
 
 For l = 1..L, every rank computes layer l for the nodes it owns (`view.mine`), chunk by chunk
 (`chunk_size` targets at a time, so the per-chunk work memory is bounded whatever the graph
-size), from layer l-1 rows of each chunk's in-neighbours. Those rows — the rank's own and its
-halo — are read ONCE per layer and node type (`table[needed]`: one batched call per owning
-partition), and the layer's output is written to a new table that the next layer reads. A
-barrier closes every layer, so nobody reads a layer before all of it is written; each rank runs
-the same L + 1 barriers and one all-reduce whatever its share, so uneven partitions cannot hang.
+size), from layer l-1 rows of each chunk's in-neighbours. Those rows — the rank's own, read
+where they lie, and its halo — are read ONCE per layer and node type (one batched call per
+owning partition, in bounded pieces), and the layer's output is written to a new table that the
+next layer reads. A layer that aggregates a projection `h W^T` (a SAGE layer that narrows)
+has every rank project its own rows first and fetch its halo's projected rows: fewer columns
+to move and to aggregate. A barrier closes every layer (and separates publishing a projection
+from reading it), so nobody reads rows before they are written; every rank runs the same
+barriers and one all-reduce whatever its share, so uneven partitions cannot hang.
 
 Every edge is touched once per layer: O(L·|E|) work instead of sampled evaluation's
 O(#seeds · fan-out^L), and the result equals the full-graph forward (no sampling).
@@ -64,10 +67,13 @@ class _Homogeneous:
     def edge_types(self, layer: int, types: set[str]) -> list[EdgeType]:
         return [EDGE]
 
-    def prepare(self, layer: int, rows: dict[str, Tensor]) -> dict[str, Any]:
-        """The layer's fetched rows as its chunks read them (`inference_rows`, once a layer)."""
-        prepare = getattr(self.net, "inference_rows", None)
-        return rows if prepare is None else {t: prepare(layer, h) for t, h in rows.items()}
+    def projection(self, layer: int) -> Tensor | None:
+        """The net's `inference_projection(layer)`: `W` when the layer aggregates `h W^T`."""
+        projection = getattr(self.net, "inference_projection", None)
+        return None if projection is None else projection(layer)
+
+    def prepare(self, rows: dict[str, Any]) -> dict[str, Any]:
+        return rows
 
     def layer(
         self,
@@ -88,7 +94,10 @@ class _Heterogeneous:
     def edge_types(self, layer: int, types: set[str]) -> list[EdgeType]:
         return self.net.inference_edge_types(layer, types)
 
-    def prepare(self, layer: int, rows: dict[str, Any]) -> dict[str, Any]:
+    def projection(self, layer: int) -> Tensor | None:
+        return None
+
+    def prepare(self, rows: dict[str, Any]) -> dict[str, Any]:
         return {t: whole(h) for t, h in rows.items()}  # hetero layers index one tensor
 
     def layer(
@@ -135,13 +144,15 @@ def _plan(view: GraphView) -> _ReadPlan:
             wanted = mark.nonzero().view(-1)
             order = torch.argsort(view.backend.owners(t, wanted), stable=True)
             local[t], fetch[t] = held.numel(), wanted[order]
-            pos_of[t] = torch.full((n,), -1, dtype=torch.long)
-            pos_of[t][held] = torch.arange(held.numel())
-            pos_of[t][fetch[t]] = torch.arange(held.numel(), held.numel() + wanted.numel())
+            rows = held.numel() + wanted.numel()
+            kind = torch.int32 if rows < 2**31 else torch.long  # 4 bytes an edge in col_pos
+            pos_of[t] = torch.full((n,), -1, dtype=kind)
+            pos_of[t][held] = torch.arange(held.numel(), dtype=kind)
+            pos_of[t][fetch[t]] = torch.arange(held.numel(), rows, dtype=kind)
         view.cache["plan"] = _ReadPlan(
             local,
             fetch,
-            {t: pos_of[t].index_select(0, mine) for t, mine in view.mine.items()},
+            {t: pos_of[t].index_select(0, mine).long() for t, mine in view.mine.items()},
             {et: pos_of[et[0]].index_select(0, col) for et, (_, col) in view.edges.items()},
         )
     return view.cache["plan"]
@@ -190,11 +201,37 @@ class _Run:
         table.read(fetch, out=buf[self.plan.local[ntype] :])
         return buf
 
+    def _read_projected(
+        self, table: Any, ntype: str, buf: Tensor | None, weight: Tensor, name: str
+    ) -> tuple[tuple[Tensor, Tensor], Any]:
+        """((root rows, projected rows), the projection's table) of a layer that aggregates
+        `h W^T`: every rank projects the rows it holds once and publishes them, then reads its
+        halo's PROJECTED rows (fewer columns to fetch than `h`'s). The root term reads `h`
+        where it lies (a node's other trainers, holding nothing, read their targets' `h`).
+        Collective (one barrier); drop the table once every rank has read it."""
+        local, fetch, n = _shard(table), self.plan.fetch[ntype], self.plan.local[ntype]
+        projected = torch.empty(n + fetch.numel(), weight.size(0))
+        torch.matmul(local, weight.t(), out=projected[:n])
+        backend = self.view.backend
+        ptable = backend.new_table(name, ntype, self.view.num_nodes[ntype], projected[:n])
+        backend.barrier()  # every rank's projected shard exists before anyone reads it
+        if fetch.numel():
+            ptable.read(fetch, out=projected[n:])
+        root = local if n else self._read(table, ntype, buf)
+        return (root, projected), ptable
+
     def _buffer(self, ntype: str, width: int, read_next: bool) -> Tensor:
         """A layer output buffer: this process's shard rows, plus room for the fetched rows
         when the next layer reads this type (no zeroing: every shard row gets written)."""
         rows = self.plan.local[ntype] + (self.plan.fetch[ntype].numel() if read_next else 0)
         return torch.empty(rows, width)
+
+    def _reads_next(self, layer: int, ntype: str) -> bool:
+        """Whether the next layer fetches rows of this layer's `ntype` output into its buffer
+        (not when it reads projected rows instead and this process holds the targets' own)."""
+        if layer + 1 >= self.net.num_inference_layers:
+            return False
+        return self.typed.projection(layer + 1) is None or not self.plan.local[ntype]
 
     def _degrees(self) -> dict[EdgeType, Tensor]:
         if not getattr(self.net, "needs_degree", False):
@@ -213,7 +250,7 @@ class _Run:
             ets = [et for et in self.typed.edge_types(layer, set(tables)) if et in view.edges]
             out_types = sorted({et[-1] for et in ets})
             width = self.net.inference_width(layer)
-            new_bufs = {t: self._buffer(t, width, layer < last) for t in out_types}
+            new_bufs = {t: self._buffer(t, width, self._reads_next(layer, t)) for t in out_types}
             new = {
                 t: view.backend.new_table(
                     view.table_name(round_, layer, t),
@@ -224,8 +261,15 @@ class _Run:
                 for t in out_types
             }
             used = sorted({et[0] for et in ets} | set(out_types))
-            rows = {t: self._read(tables[t], t, bufs.get(t)) for t in used}
-            rows = self.typed.prepare(layer, rows)
+            rows, weight = {}, self.typed.projection(layer)
+            for t in used:
+                if weight is None:
+                    rows[t] = self._read(tables[t], t, bufs.get(t))
+                else:
+                    name = view.table_name(round_, layer, t) + "/projected"
+                    rows[t], ptable = self._read_projected(tables[t], t, bufs.get(t), weight, name)
+                    made.append(ptable)
+            rows = self.typed.prepare(rows)
             for t in out_types:
                 ets_t = [et for et in ets if et[-1] == t]
                 self._layer(layer, t, ets_t, rows, degrees, new[t], new_bufs[t])

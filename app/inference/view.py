@@ -214,7 +214,8 @@ def _share(owned: Tensor, local_rank: int, procs_per_node: int) -> slice:
 
 
 def _owned_csr(graph: dict[str, Tensor], ids: Tensor) -> tuple[Tensor, Tensor]:
-    """In-edges of `ids` (sorted owned nodes) from a part's CSC over global destination ids."""
+    """In-edges of `ids` (sorted owned nodes) from a part's CSC over global destination ids,
+    in the partition's index dtype (int32 where ids fit: a view of its columns, not a copy)."""
     colptr, row = graph["colptr"], graph["row"]
     if ids.numel() == 0:
         return torch.zeros(1, dtype=torch.long), torch.empty(0, dtype=torch.long)
@@ -223,7 +224,7 @@ def _owned_csr(graph: dict[str, Tensor], ids: Tensor) -> tuple[Tensor, Tensor]:
     col = row[int(starts[0]) : int(colptr[ids[-1] + 1])]
     if col.numel() != int(crow[-1]):
         raise ValueError("partition graph: owned columns are not contiguous in CSC order")
-    return crow, col.long()
+    return crow, col
 
 
 def _input_table(backend: DistBackend, name: str, ntype: str, num_rows: int, rows: Tensor) -> Any:

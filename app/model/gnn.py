@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from app.config import ModelConfig
+from app.model.prefetch import prefetch
 
 
 def fast_dropout(x: Tensor, p: float, training: bool) -> Tensor:
@@ -69,17 +70,30 @@ def _csr_spmm(crow, col, val, h, out):  # pragma: no cover - compiled
                 out[i, f] += v * h[c, f]
 
 
+PREFETCH_AHEAD = 16  # edges ahead whose source row `_csr_mean` asks the cache for
+LINE_FLOATS = 16  # float32 values per 64-byte cache line
+
+
 @numba.njit(nogil=True, cache=True)
 def _csr_mean(crow, col, head, tail, out):  # pragma: no cover - compiled
     """out[i] = mean over row i's entries j of source row col[j] of [head; tail] (0 for none):
     the mean aggregation without per-edge weights, writing every output row (`out` may be
     uninitialised). The sources are two arrays so that a rank's own rows are read where they
-    lie (e.g. memory-mapped features) and only its fetched rows need a buffer."""
+    lie (e.g. memory-mapped features) and only its fetched rows need a buffer. Source rows are
+    random reads from large tables: each edge prefetches the row `PREFETCH_AHEAD` edges on."""
     width, n_head = out.shape[1], head.shape[0]
+    end = crow[out.shape[0]]
     for i in range(out.shape[0]):
         row = out[i]
         row[:] = 0
         for j in range(crow[i], crow[i + 1]):
+            if j + PREFETCH_AHEAD < end:
+                ahead = col[j + PREFETCH_AHEAD]
+                for f in range(0, width, LINE_FLOATS):
+                    if ahead < n_head:
+                        prefetch(head, ahead, f)
+                    else:
+                        prefetch(tail, ahead - n_head, f)
             c = col[j]
             src = head[c] if c < n_head else tail[c - n_head]
             for f in range(width):
@@ -104,6 +118,24 @@ def _counting_sort(keys, n):  # pragma: no cover - compiled
         perm[fill[keys[j]]] = j
         fill[keys[j]] += 1
     return perm, ptr
+
+
+_WARM = False
+
+
+def warm_kernels() -> None:
+    """Load (or compile) the aggregation kernels for the index dtypes batches and layer-wise
+    views use, so a job's first training step does not pay for it (once per process)."""
+    global _WARM
+    if _WARM:
+        return
+    h, out = np.ones((2, 1), np.float32), np.zeros((1, 1), np.float32)
+    for index in (np.int64, np.int32):
+        crow, col = np.array([0, 2], index), np.array([0, 1], index)
+        _csr_spmm(crow, col, np.ones(2, np.float32), h, out)
+        _csr_mean(crow, col, h, h[:0], out)
+    _counting_sort(np.array([1, 0], np.int64), 2)
+    _WARM = True
 
 
 def group_by(keys: Tensor, n: int) -> tuple[Tensor | None, Tensor]:
@@ -259,13 +291,6 @@ class SplitRows:
 
     def whole(self) -> Tensor:
         return torch.cat([self.head, self.tail])
-
-    def project(self, weight: Tensor) -> Tensor:
-        """`[head; tail] @ weight.T` as one tensor (each part multiplied where it lies)."""
-        out = torch.empty(len(self), weight.size(0))
-        torch.matmul(self.head, weight.t(), out=out[: self.head.size(0)])
-        torch.matmul(self.tail, weight.t(), out=out[self.head.size(0) :])
-        return out
 
 
 def whole(h: Tensor | SplitRows) -> Tensor:
@@ -510,6 +535,7 @@ class SampledGNN(nn.Module):
                 f"model.hidden_channels={hidden_channels} is not divisible by model.heads={heads}"
             )
         self.kind, self.num_layers, self.dropout = kind, num_layers, dropout
+        warm_kernels()
         self.dims = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
         self.layers = nn.ModuleList(
             self._layer(self.dims[i], self.dims[i + 1], heads, i == num_layers - 1)
@@ -554,14 +580,12 @@ class SampledGNN(nn.Module):
         """Output channels of `layer`."""
         return self.dims[layer + 1]
 
-    def inference_rows(self, layer: int, h: Tensor) -> Tensor | tuple[Tensor, Tensor]:
-        """What every chunk of `layer` reads, computed once per layer from its fetched rows `h`:
-        `h`, or `(h, h W_neigh^T)` for a SAGE layer that `narrows` (fewer columns to aggregate)."""
+    def inference_projection(self, layer: int) -> Tensor | None:
+        """`W` when layer `layer` aggregates `h W^T` instead of `h` (a SAGE layer that
+        `narrows`: fewer columns to aggregate, and to fetch — every rank projects the rows it
+        holds once, then reads its halo's projected rows); None: the layer aggregates `h`."""
         lyr = self.layers[layer]
-        if isinstance(lyr, SAGELayer) and lyr.narrows:
-            w = lyr.lin_neigh.weight
-            return h, h.project(w) if isinstance(h, SplitRows) else h @ w.t()
-        return h
+        return lyr.lin_neigh.weight if isinstance(lyr, SAGELayer) and lyr.narrows else None
 
     def inference_layer(
         self,
@@ -571,7 +595,7 @@ class SampledGNN(nn.Module):
         out: Tensor | None = None,
     ) -> Tensor:
         """Layer `layer` of the block's targets from layer `layer - 1` rows (eval semantics;
-        `h_src` as `inference_rows` made it). With `out` ([n_dst, width]) a layer that can
+        `h_src`: `(h, h W^T)` for a layer with an `inference_projection` W). With `out` ([n_dst, width]) a layer that can
         writes its rows there (SAGE) and returns `out`; others return a fresh tensor."""
         h = self.layers[layer].infer(h_src, block, out)
         return h.relu_() if layer < self.num_layers - 1 else h

@@ -90,3 +90,22 @@ def test_dist_tensor_read_write_and_errors(names):
         DistTensor((10, 2), torch.float32, "t", book=OnePart(), part_id=0)
     with pytest.raises(ValueError, match="lr=0"):
         SparseAdam([], lr=0)
+
+
+def test_dist_tensor_reads_large_requests_in_pieces(names, monkeypatch):
+    """A read larger than READ_PIECE_BYTES goes in pieces, each answer copied to its rows."""
+    import app.distributed.tensor as dist_tensor
+
+    names.append("pieces")
+    rows = torch.arange(40, dtype=torch.float32).view(20, 2)
+    t = DistTensor((20, 2), torch.float32, "pieces", book=OnePart(), part_id=0,
+                   init_func=lambda shape, dtype: rows.clone())  # fmt: skip
+    calls = []
+    route = dist_tensor.route
+    monkeypatch.setattr(dist_tensor, "route", lambda *a: calls.append(1) or route(*a))
+    monkeypatch.setattr(dist_tensor, "READ_PIECE_BYTES", 3 * 8)  # 3 rows of 2 floats a piece
+    ids = torch.tensor([19, 0, 7, 7, 3, 12, 5, 1])
+    out = torch.full((10, 2), -1.0)
+    assert t.read(ids, out=out[2:]) is not None
+    assert torch.equal(out[2:], rows[ids]) and bool((out[:2] == -1).all())
+    assert len(calls) == 3  # 8 ids, 3 a piece

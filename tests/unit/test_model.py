@@ -14,7 +14,7 @@ from torch_geometric.data import Data, HeteroData
 from torch_geometric.nn import GraphSAGE
 
 from app.config import Config, ModelConfig
-from app.model.gnn import SampledGNN, build_model, fast_dropout
+from app.model.gnn import Block, SampledGNN, SplitRows, build_model, fast_dropout
 from app.model.hetero import NodeEmbeddings, build_hetero_classifier
 from app.model.link import Decoder, build_link_predictor
 
@@ -325,3 +325,23 @@ def test_hetero_sage_matches_pyg_heteroconv():
         got, expected = ours(x, data.edge_index_dict), ref(x, data.edge_index_dict)
     for t in expected:
         torch.testing.assert_close(got[t], expected[t], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("index", [torch.int64, torch.int32])
+def test_block_mean_reads_split_rows_in_place(index):
+    """The layer-wise mean kernel (prefetching, two sources) equals a plain mean, rows with no
+    in-edges give 0, and split rows' targets must lie in the head."""
+    gen = torch.Generator().manual_seed(5)
+    counts = torch.tensor([3, 0, 5, 1, 0, 40])  # more edges than the prefetch distance
+    crow = torch.cat([torch.zeros(1, dtype=torch.long), counts.cumsum(0)]).to(index)
+    h = torch.randn(50, 7, generator=gen)
+    col = torch.randint(0, 50, (int(counts.sum()),), generator=gen).to(index)
+    block = Block(crow, col, 50, dst=torch.arange(6))
+    want = torch.stack([h[col[crow[i] : crow[i + 1]].long()].mean(0) if counts[i] else
+                        torch.zeros(7) for i in range(6)])  # fmt: skip
+    split = SplitRows(h[:20], h[20:])
+    assert torch.allclose(block.mean(h), want, atol=1e-6)
+    assert torch.allclose(block.mean(split, torch.full((6, 7), 9.0)), want, atol=1e-6)
+    assert torch.equal(block.targets(split), h[:6])
+    with pytest.raises(ValueError, match="past the split's head"):
+        Block(crow, col, 50, dst=torch.arange(18, 24)).targets(split)

@@ -27,6 +27,15 @@ def test_split_by_owner_groups_positions_and_says_all_for_one_owner():
     assert split_by_owner(np.empty(0, np.int64)) == {}
 
 
+def test_split_by_owner_agrees_for_few_and_many_partitions():
+    owner = np.random.default_rng(0).integers(0, 40, 5000)
+    for parts in (2, 7, 40):  # a scan per partition below SCAN_PARTS, a 16-bit sort above
+        got = split_by_owner(owner % parts)
+        want = {p: np.flatnonzero(owner % parts == p) for p in range(parts)}
+        assert set(got) == set(want)
+        assert all(np.array_equal(got[p], want[p]) for p in want)
+
+
 def test_route_starts_every_remote_call_before_the_local_part_and_merges_in_request_order():
     ids = np.array([10, 20, 11, 30, 21])
     owner = ids // 10 - 1  # partitions 0, 1, 0, 2, 1
