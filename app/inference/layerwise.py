@@ -202,23 +202,27 @@ class _Run:
         return buf
 
     def _read_projected(
-        self, table: Any, ntype: str, buf: Tensor | None, weight: Tensor, name: str
+        self, table: Any, ntype: str, buf: Tensor | None, weights: tuple[Tensor, Tensor], name: str
     ) -> tuple[tuple[Tensor, Tensor], Any]:
-        """((root rows, projected rows), the projection's table) of a layer that aggregates
-        `h W^T`: every rank projects the rows it holds once and publishes them, then reads its
-        halo's PROJECTED rows (fewer columns to fetch than `h`'s). The root term reads `h`
-        where it lies (a node's other trainers, holding nothing, read their targets' `h`).
-        Collective (one barrier); drop the table once every rank has read it."""
+        """((root rows, neighbour rows), the latter's table) of a layer that reads `h`'s two
+        projections `(h W_root^T, h W_neigh^T)`: every rank projects the rows it holds once and
+        publishes the neighbour side, then reads its halo's PROJECTED rows (fewer columns to
+        fetch than `h`'s). A node's other trainers, holding no rows, project their targets'
+        fetched `h`. Every read of `h` is done before the barrier, so once it returns no rank
+        needs `h` again. Collective; drop the table once every rank has read it."""
+        w_root, w_neigh = weights
         local, fetch, n = _shard(table), self.plan.fetch[ntype], self.plan.local[ntype]
-        projected = torch.empty(n + fetch.numel(), weight.size(0))
-        torch.matmul(local, weight.t(), out=projected[:n])
+        source = local if n else whole(self._read(table, ntype, buf))
+        root = source @ w_root.t()
+        neigh = torch.empty(n + fetch.numel(), w_neigh.size(0))
+        torch.matmul(local, w_neigh.t(), out=neigh[:n])
+        del source
         backend = self.view.backend
-        ptable = backend.new_table(name, ntype, self.view.num_nodes[ntype], projected[:n])
-        backend.barrier()  # every rank's projected shard exists before anyone reads it
+        ptable = backend.new_table(name, ntype, self.view.num_nodes[ntype], neigh[:n])
+        backend.barrier()  # every rank's projected shard exists, and nobody reads `h` any more
         if fetch.numel():
-            ptable.read(fetch, out=projected[n:])
-        root = local if n else self._read(table, ntype, buf)
-        return (root, projected), ptable
+            ptable.read(fetch, out=neigh[n:])
+        return (root, neigh), ptable
 
     def _buffer(self, ntype: str, width: int, read_next: bool) -> Tensor:
         """A layer output buffer: this process's shard rows, plus room for the fetched rows
@@ -261,14 +265,18 @@ class _Run:
                 for t in out_types
             }
             used = sorted({et[0] for et in ets} | set(out_types))
-            rows, weight = {}, self.typed.projection(layer)
-            for t in used:
-                if weight is None:
-                    rows[t] = self._read(tables[t], t, bufs.get(t))
-                else:
+            rows, weights = {}, self.typed.projection(layer)
+            if weights is None:
+                rows = {t: self._read(tables[t], t, bufs.get(t)) for t in used}
+            else:
+                projected = []
+                for t in used:
                     name = view.table_name(round_, layer, t) + "/projected"
-                    rows[t], ptable = self._read_projected(tables[t], t, bufs.get(t), weight, name)
-                    made.append(ptable)
+                    rows[t], ptable = self._read_projected(tables[t], t, bufs.get(t), weights, name)
+                    projected.append(ptable)
+                for table in made:  # last layer's `h`: read by nobody past the barrier above
+                    view.backend.drop(table)
+                made, tables, bufs = projected, {}, {}  # its memory goes before the chunks run
             rows = self.typed.prepare(rows)
             for t in out_types:
                 ets_t = [et for et in ets if et[-1] == t]

@@ -434,17 +434,18 @@ class SAGELayer(nn.Module):
     def infer(
         self, h: Tensor | tuple[Tensor, Tensor], block: Block, out: Tensor | None = None
     ) -> Tensor:
-        """The block's targets from the source rows `h`, or `(h, h W_neigh^T)` (`narrows`: the
-        projection computed once for every chunk); else it aggregates first, so only the rows
-        the block reads are used. Written into `out` when given ([n_dst, out_channels]): the
-        products accumulate there, so a chunk allocates only its aggregate."""
+        """The block's targets from the source rows `h`, or from `(h W_root^T, h W_neigh^T)`
+        (`narrows`: both projections computed once for every chunk, see
+        `SampledGNN.inference_projection`); else it aggregates first, so only the rows the
+        block reads are used. Written into `out` when given ([n_dst, out_channels]): the
+        products accumulate there, so a chunk allocates at most its aggregate."""
         if out is None:
             out = torch.empty(block.n_dst, self.lin_neigh.out_features)
         if isinstance(h, tuple):
-            h, projected = h
-            block.mean(projected, out).add_(self.lin_neigh.bias)
-        else:
-            torch.addmm(self.lin_neigh.bias, block.mean(h), self.lin_neigh.weight.t(), out=out)
+            root, neigh = h
+            block.mean(neigh, out).add_(self.lin_neigh.bias)
+            return out.add_(block.targets(root))
+        torch.addmm(self.lin_neigh.bias, block.mean(h), self.lin_neigh.weight.t(), out=out)
         return out.addmm_(block.targets(h), self.lin_root.weight.t())
 
     def propagate(self, h: Tensor, adj: CSR, n_out: int) -> Tensor:
@@ -580,12 +581,15 @@ class SampledGNN(nn.Module):
         """Output channels of `layer`."""
         return self.dims[layer + 1]
 
-    def inference_projection(self, layer: int) -> Tensor | None:
-        """`W` when layer `layer` aggregates `h W^T` instead of `h` (a SAGE layer that
-        `narrows`: fewer columns to aggregate, and to fetch — every rank projects the rows it
-        holds once, then reads its halo's projected rows); None: the layer aggregates `h`."""
+    def inference_projection(self, layer: int) -> tuple[Tensor, Tensor] | None:
+        """`(W_root, W_neigh)` when layer `layer` reads `(h W_root^T, h W_neigh^T)` instead of
+        `h` (a SAGE layer that `narrows`: fewer columns to aggregate and to fetch — every rank
+        projects the rows it holds once, reads its halo's projected rows, and `h` itself can go
+        before the chunks run); None: the layer reads `h`."""
         lyr = self.layers[layer]
-        return lyr.lin_neigh.weight if isinstance(lyr, SAGELayer) and lyr.narrows else None
+        if isinstance(lyr, SAGELayer) and lyr.narrows:
+            return lyr.lin_root.weight, lyr.lin_neigh.weight
+        return None
 
     def inference_layer(
         self,
@@ -595,7 +599,7 @@ class SampledGNN(nn.Module):
         out: Tensor | None = None,
     ) -> Tensor:
         """Layer `layer` of the block's targets from layer `layer - 1` rows (eval semantics;
-        `h_src`: `(h, h W^T)` for a layer with an `inference_projection` W). With `out` ([n_dst, width]) a layer that can
+        `h_src`: `(h W_root^T, h W_neigh^T)` for a layer with an `inference_projection`). With `out` ([n_dst, width]) a layer that can
         writes its rows there (SAGE) and returns `out`; others return a fresh tensor."""
         h = self.layers[layer].infer(h_src, block, out)
         return h.relu_() if layer < self.num_layers - 1 else h

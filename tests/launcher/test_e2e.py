@@ -70,6 +70,24 @@ def test_two_node_run(shared, tmp_path):
     assert artifacts == {"logs/trainer0-0.log", "logs/trainer1-0.log"}
 
 
+def test_layerwise_with_two_trainers_per_node_equals_full_fanout_sampling(shared, tmp_path):
+    """A node's second trainer holds no table shard (it reads its targets' rows and writes its
+    results by RPC): layer-wise evaluation still gives what full-fan-out sampling gives."""
+    found = {}
+    for mode in ("layerwise", "sampled"):
+        job = tmp_path / mode
+        proc = run_app(
+            *SMOKE, *_common(shared, tmp_path), "cluster.procs_per_node=2", "train.epochs=1",
+            "sampler.num_neighbors=[-1,-1]", f"train.eval_mode={mode}", f"hydra.run.dir={job}",
+            timeout=180,
+        )  # fmt: skip
+        _ok(proc)
+        result = json.loads((job / "result.json").read_text())
+        found[mode] = (result["loss"], result["val_acc"], result["test_acc"])
+    assert found["layerwise"][0] == found["sampled"][0]  # the same training
+    assert found["layerwise"][1:] == pytest.approx(found["sampled"][1:], abs=1e-3)
+
+
 def test_multirun_nests_jobs_under_one_parent(shared, tmp_path):
     sweep = tmp_path / "sweep"
     proc = run_app(
