@@ -274,19 +274,22 @@ class _Run:
                     name = view.table_name(round_, layer, t) + "/projected"
                     rows[t], ptable = self._read_projected(tables[t], t, bufs.get(t), weights, name)
                     projected.append(ptable)
-                for table in made:  # last layer's `h`: read by nobody past the barrier above
-                    view.backend.drop(table)
-                made, tables, bufs = projected, {}, {}  # its memory goes before the chunks run
+                self._drop(made)  # last layer's `h`: read by nobody past the barrier above,
+                made, tables, bufs = projected, {}, {}  # so its memory goes before the chunks
             rows = self.typed.prepare(rows)
             for t in out_types:
                 ets_t = [et for et in ets if et[-1] == t]
                 self._layer(layer, t, ets_t, rows, degrees, new[t], new_bufs[t])
             del rows  # freed before the next layer's rows are read (peak: one layer's rows)
             view.backend.barrier()  # layer complete everywhere before anyone reads it
-            for table in made:
-                view.backend.drop(table)
+            self._drop(made)
             made, tables, bufs = list(new.values()), new, new_bufs
         return NodeRows(view, tables)
+
+    def _drop(self, tables: list[Any]) -> None:
+        """Release `tables` (no reference is left behind here: their buffers can go)."""
+        for table in tables:
+            self.view.backend.drop(table)
 
     def _layer(
         self,
