@@ -5,9 +5,9 @@ For l = 1..L, every rank computes layer l for the nodes it owns (`view.mine`), c
 size), from layer l-1 rows of each chunk's in-neighbours. Those rows — the rank's own, read
 where they lie, and its halo — are read ONCE per layer and node type (one batched call per
 owning partition, in bounded pieces), and the layer's output is written to a new table that the
-next layer reads. A layer that aggregates a projection `h W^T` (a SAGE layer that narrows)
-has every rank project its own rows first and fetch its halo's projected rows: fewer columns
-to move and to aggregate. A barrier closes every layer (and separates publishing a projection
+next layer reads. A layer that reads projections of `h` instead (a SAGE layer that narrows:
+`h W_root^T`, `h W_neigh^T`) has every rank project its own rows first and fetch its halo's
+projected rows: fewer columns to move and to aggregate. A barrier closes every layer (and separates publishing a projection
 from reading it), so nobody reads rows before they are written; every rank runs the same
 barriers and one all-reduce whatever its share, so uneven partitions cannot hang.
 
@@ -67,8 +67,9 @@ class _Homogeneous:
     def edge_types(self, layer: int, types: set[str]) -> list[EdgeType]:
         return [EDGE]
 
-    def projection(self, layer: int) -> Tensor | None:
-        """The net's `inference_projection(layer)`: `W` when the layer aggregates `h W^T`."""
+    def projection(self, layer: int) -> tuple[Tensor, Tensor] | None:
+        """The net's `inference_projection(layer)`: `(W_root, W_neigh)` when the layer reads
+        `h`'s projections instead of `h`."""
         projection = getattr(self.net, "inference_projection", None)
         return None if projection is None else projection(layer)
 
@@ -94,7 +95,7 @@ class _Heterogeneous:
     def edge_types(self, layer: int, types: set[str]) -> list[EdgeType]:
         return self.net.inference_edge_types(layer, types)
 
-    def projection(self, layer: int) -> Tensor | None:
+    def projection(self, layer: int) -> tuple[Tensor, Tensor] | None:
         return None
 
     def prepare(self, rows: dict[str, Any]) -> dict[str, Any]:
