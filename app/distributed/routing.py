@@ -26,8 +26,9 @@ HopResult = tuple[np.ndarray, np.ndarray, np.ndarray]  # (neighbour ids, edge id
 def split_by_owner(owner: np.ndarray) -> dict[int, Positions]:
     """Partition → positions it owns (ascending); None means "all of them" (the common case).
 
-    Few partitions: one vectorised scan per partition; more: a stable sort of 16-bit keys
-    (numpy radix-sorts those) — both ~5-10x a stable sort of the int64 owners."""
+    Few partitions: one vectorised scan per partition (4-8x faster than a stable sort of the
+    int64 owners at 2-8 partitions); more: a stable sort of 16-bit keys (numpy radix-sorts
+    those: 1.5-3x faster)."""
     if owner.size == 0:
         return {}
     lo, hi = int(owner.min()), int(owner.max())
