@@ -205,6 +205,13 @@ class DistNeighborSampler:
 
     # -- multi-hop ----------------------------------------------------------------------------
 
+    def _types(self) -> tuple[list[Any], list[Any]]:
+        """(edge types, node types) of the graph; `[None]` each when it is homogeneous."""
+        gs = self.graph_store
+        if not gs.is_hetero:
+            return [None], [None]
+        return list(gs.edge_types), list(gs.meta["node_types"])
+
     def _take_relabelers(self, node_types: list[Any]) -> dict[Any, Relabeler]:
         """A relabeler per node type (dense O(N) maps) from the free list, new ones only when
         every free one is in use: as many exist as batches were ever sampled at once, not one
@@ -218,13 +225,12 @@ class DistNeighborSampler:
     def prepare(self, concurrency: int) -> None:
         """Do now what the first batches would: a relabeler per batch in flight, the feature
         store's halo cache and id maps — so a loader's first epoch does not wait for them."""
-        ntypes = list(self.graph_store.meta["node_types"]) if self.graph_store.is_hetero else [None]
+        etypes, ntypes = self._types()
         sets = [self._take_relabelers(ntypes) for _ in range(max(1, concurrency))]
         for rels in sets:
             self._give_back(rels)
         self.feature_store.prepare()
         warmup()  # the sampling kernels, loaded before the first batch needs them ...
-        etypes = self.graph_store.edge_types if self.graph_store.is_hetero else [None]
         empty = np.empty(0, np.int64)  # ... for this partition's index dtypes too
         local_hop(self.graph_store, [(et, empty, 1, 0) for et in etypes], self.replace)
 
@@ -259,8 +265,7 @@ class DistNeighborSampler:
             times = self._seed_times(seeds, seed_time)
             seeds = {input_type: seeds}
         gs = self.graph_store
-        etypes = gs.edge_types if gs.is_hetero else [None]
-        ntypes = list(gs.meta["node_types"]) if gs.is_hetero else [None]
+        etypes, ntypes = self._types()
         rels = self._take_relabelers(ntypes)
         try:
             seeds = {t: s.numpy() for t, s in seeds.items()}

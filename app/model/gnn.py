@@ -286,9 +286,6 @@ class SplitRows:
             raise ValueError(f"row shapes differ: {list(head.shape)} vs {list(tail.shape)}")
         self.head, self.tail = head, tail
 
-    def __len__(self) -> int:
-        return self.head.size(0) + self.tail.size(0)
-
     def whole(self) -> Tensor:
         return torch.cat([self.head, self.tail])
 
@@ -371,11 +368,6 @@ class Block:
         src = torch.cat([first, rest])
         degree = None if self.src_degree is None else self.src_degree[src]
         return src, Block(self.crow, pos[self.col], src.numel(), degree)
-
-    def mean_adjacency(self) -> CSR:
-        """The `[n_dst, n_src]` CSR with weights 1/in-degree(dst): the product is the mean."""
-        degree = (self.crow[1:] - self.crow[:-1]).clamp(min=1).to(torch.float32)
-        return CSR(self.crow, self.col, (1.0 / degree)[self.row], self.row, self.n_src)
 
     def gcn_adjacency(self) -> tuple[CSR, Tensor]:
         """GCN's CSR (deg^-1/2(src) deg^-1/2(dst), full-graph degrees + 1) and self weights."""
