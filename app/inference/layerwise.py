@@ -5,12 +5,16 @@ For l = 1..L, every rank computes layer l for the nodes it owns (`view.mine`), c
 size), from layer l-1 rows of each chunk's in-neighbours. Those rows — the rank's own, read
 where they lie, and its halo — are read ONCE per layer and node type (one batched call per
 owning partition, in bounded pieces), and the layer's output is written to a new table that the
-next layer reads. A layer that reads projections of `h` instead (a SAGE layer that narrows:
-`h W_root^T`, `h W_neigh^T`) has every rank project its own rows first and fetch its halo's
-projected rows: fewer columns to move and to aggregate. A barrier closes every layer (and separates publishing a projection
-from reading it), so nobody reads rows before they are written; every rank runs the same
-barriers and one all-reduce whatever its share, so uneven partitions cannot hang.
+next layer reads.
 
+A layer that reads projections of `h` instead (a SAGE layer that narrows: `h W_root^T`,
+`h W_neigh^T`: fewer columns to move and to aggregate) never sees `h` whole: the layer before
+projects each chunk as it computes it (`_Projections`), publishes the neighbour side as the
+table the halo is fetched from, and keeps the root side as the buffer the narrowing layer adds
+its aggregate to. (At layer 0 the inputs are projected, published, and read after a barrier.)
+
+A barrier closes every layer, so nobody reads rows before they are written; every rank runs
+the same barriers and one all-reduce whatever its share, so uneven partitions cannot hang.
 Every edge is touched once per layer: O(L·|E|) work instead of sampled evaluation's
 O(#seeds · fan-out^L), and the result equals the full-graph forward (no sampling).
 """
@@ -129,6 +133,9 @@ class _ReadPlan:
     col_pos: dict[EdgeType, Tensor]
 
 
+MARK_PIECE = 1 << 20  # edges whose source is marked at a time by `_plan`
+
+
 def _plan(view: GraphView) -> _ReadPlan:
     """The view's `_ReadPlan`: O(nodes + edges), one id -> position map per node type."""
     if "plan" not in view.cache:
@@ -140,7 +147,8 @@ def _plan(view: GraphView) -> _ReadPlan:
             mark[mine] = True
             for et, (_, col) in view.edges.items():
                 if et[0] == t:
-                    mark[col] = True
+                    for piece in col.split(MARK_PIECE):  # no int64 copy of every edge's index
+                        mark[piece.long()] = True
             mark[held] = False
             wanted = mark.nonzero().view(-1)
             order = torch.argsort(view.backend.owners(t, wanted), stable=True)
@@ -164,6 +172,72 @@ def _shard(table: Any) -> Tensor:
     if isinstance(table, Tensor):
         return table
     return table.local if table.local is not None else torch.empty(0, table.shape[1])
+
+
+@dataclass
+class _Table:
+    """A layer's output table, whose shard is the head of `buf` (rows held here are written in
+    place); `buf`'s tail receives the rows the next layer fetches."""
+
+    table: Any
+    buf: Tensor
+    held: int
+
+    def dest(self, lead: Tensor) -> Tensor | None:
+        """Where a chunk whose targets sit at rows `lead` can be written in place, if anywhere."""
+        first = range_start(lead) if self.held else None
+        return None if first is None else self.buf[first : first + lead.numel()]
+
+    def put(self, ids: Tensor, lead: Tensor, result: Tensor, dest: Tensor | None) -> None:
+        """Store the rows `result` of the nodes `ids` (at rows `lead`)."""
+        if dest is not None and result is dest:
+            return  # written in place, straight into this process's shard
+        if self.held:  # the targets' rows are in this process's shard
+            self.buf.index_copy_(0, lead, result)
+        else:
+            self.table[ids] = result
+
+
+@dataclass
+class _Projections:
+    """A layer's output kept only as the next layer reads it, `(h W_root^T, h W_neigh^T)` (a
+    SAGE layer that narrows): each chunk's `h` lives in `scratch` until both are taken, so `h`
+    is never stored (nor its pages touched) whole. `root`: at the targets' positions;
+    `neigh`: this process's rows (published as `table`), then its fetched halo rows. A node's
+    other trainers, holding no rows, write their targets' neighbour rows to the owner's table."""
+
+    weights: tuple[Tensor, Tensor]
+    root: Tensor
+    neigh: Tensor
+    table: Any
+    held: int
+    scratch: Tensor
+
+    def dest(self, lead: Tensor) -> Tensor:
+        return self.scratch[: lead.numel()]
+
+    def put(self, ids: Tensor, lead: Tensor, h: Tensor, dest: Tensor | None) -> None:
+        w_root, w_neigh = self.weights
+        first = range_start(lead)
+        _project(h, w_root, self.root, lead, first)
+        if self.held:
+            _project(h, w_neigh, self.neigh, lead, first)
+        else:
+            self.table[ids] = h @ w_neigh.t()
+
+    def read(self, fetch: Tensor) -> tuple[Tensor, Tensor]:
+        """The next layer's rows, once every rank has published its own (after the barrier)."""
+        if fetch.numel():
+            self.table.read(fetch, out=self.neigh[self.held :])
+        return self.root, self.neigh
+
+
+def _project(h: Tensor, w: Tensor, buf: Tensor, lead: Tensor, first: int | None) -> None:
+    """`buf[lead] = h @ w.T`, straight into `buf` when `lead` is the range from `first`."""
+    if first is None:
+        buf.index_copy_(0, lead, h @ w.t())
+    else:
+        torch.matmul(h, w.t(), out=buf[first : first + lead.numel()])
 
 
 class _Run:
@@ -203,7 +277,7 @@ class _Run:
         return buf
 
     def _read_projected(
-        self, table: Any, ntype: str, buf: Tensor | None, weights: tuple[Tensor, Tensor], name: str
+        self, table: Any, ntype: str, weights: tuple[Tensor, Tensor], name: str
     ) -> tuple[tuple[Tensor, Tensor], Any]:
         """((root rows, neighbour rows), the latter's table) of a layer that reads `h`'s two
         projections `(h W_root^T, h W_neigh^T)`: every rank projects the rows it holds once and
@@ -213,7 +287,7 @@ class _Run:
         needs `h` again. Collective; drop the table once every rank has read it."""
         w_root, w_neigh = weights
         local, fetch, n = _shard(table), self.plan.fetch[ntype], self.plan.local[ntype]
-        source = local if n else whole(self._read(table, ntype, buf))
+        source = local if n else whole(self._read(table, ntype))
         root = source @ w_root.t()
         neigh = torch.empty(n + fetch.numel(), w_neigh.size(0))
         torch.matmul(local, w_neigh.t(), out=neigh[:n])
@@ -225,18 +299,34 @@ class _Run:
             ptable.read(fetch, out=neigh[n:])
         return (root, neigh), ptable
 
-    def _buffer(self, ntype: str, width: int, read_next: bool) -> Tensor:
-        """A layer output buffer: this process's shard rows, plus room for the fetched rows
-        when the next layer reads this type (no zeroing: every shard row gets written)."""
-        rows = self.plan.local[ntype] + (self.plan.fetch[ntype].numel() if read_next else 0)
-        return torch.empty(rows, width)
+    def _sink(self, layer: int, ntype: str, name: str, prev: Any) -> _Table | _Projections:
+        """Where layer `layer`'s `ntype` rows go: the next layer's two projections when it reads
+        those (`h` itself is never stored), else the layer's table (its buffer: `prev`'s root
+        projections, when this layer reads those: each chunk adds to its targets' own rows)."""
+        held, fetch = self.plan.local[ntype], self.plan.fetch[ntype].numel()
+        reads_next = self._reads_after(layer)
+        nxt = self.typed.projection(layer + 1) if reads_next else None
+        backend, num_rows = self.view.backend, self.view.num_nodes[ntype]
+        if nxt is not None:
+            w_root, w_neigh = nxt
+            # root: at the targets' positions, and big enough to be the next layer's buffer
+            roots = held + fetch if not held or self._reads_after(layer + 1) else held
+            neigh = torch.empty(held + fetch, w_neigh.size(0))  # own rows, then the fetched
+            table = backend.new_table(name + "/projected", ntype, num_rows, neigh[:held])
+            scratch = torch.empty(min(self.chunk, self.view.mine[ntype].numel()), w_root.size(1))
+            return _Projections(
+                nxt, torch.empty(roots, w_root.size(0)), neigh, table, held, scratch
+            )
+        if isinstance(prev, _Projections):
+            buf = prev.root
+        else:
+            width = self.net.inference_width(layer)
+            buf = torch.empty(held + (fetch if reads_next else 0), width)
+        return _Table(backend.new_table(name, ntype, num_rows, buf[:held]), buf, held)
 
-    def _reads_next(self, layer: int, ntype: str) -> bool:
-        """Whether the next layer fetches rows of this layer's `ntype` output into its buffer
-        (not when it reads projected rows instead and this process holds the targets' own)."""
-        if layer + 1 >= self.net.num_inference_layers:
-            return False
-        return self.typed.projection(layer + 1) is None or not self.plan.local[ntype]
+    def _reads_after(self, layer: int) -> bool:
+        """Whether a layer follows `layer` (which then reads its output)."""
+        return layer + 1 < self.net.num_inference_layers
 
     def _degrees(self) -> dict[EdgeType, Tensor]:
         if not getattr(self.net, "needs_degree", False):
@@ -245,47 +335,50 @@ class _Run:
             et: whole(self._read(table, et[0])).view(-1) for et, table in self.view.degree.items()
         }
 
+    def _rows(
+        self, layer: int, round_: int, used: list[str], prev: dict[str, Any], made: list[Any]
+    ) -> dict[str, Any]:
+        """Layer `layer`'s source rows of the types `used`, from the previous layer's sinks
+        (the inputs at layer 0). Collective (a projection of the inputs publishes, then
+        fetches); the tables to drop after the layer go to `made`."""
+        weights = self.typed.projection(layer)
+        rows = {}
+        for t in used:
+            source = prev[t]
+            if isinstance(source, _Projections):
+                rows[t] = source.read(self.plan.fetch[t])
+            elif isinstance(source, _Table):
+                rows[t] = self._read(source.table, t, source.buf)
+            elif weights is not None:  # inputs read as projections (layer 0 narrows)
+                name = self.view.table_name(round_, layer, t) + "/projected"
+                rows[t], table = self._read_projected(source, t, weights, name)
+                made.append(table)
+            else:
+                rows[t] = self._read(source, t)
+        return self.typed.prepare(rows)
+
     def run(self) -> NodeRows:
         """The final layer's tables (every node of every output type), still registered."""
         view, round_ = self.view, self.view.next_round()
         degrees = self._degrees()
-        tables, made, bufs = dict(self.inputs), [], {}  # bufs: the tables made last layer
-        last = self.net.num_inference_layers - 1
-        for layer in range(last + 1):
-            ets = [et for et in self.typed.edge_types(layer, set(tables)) if et in view.edges]
+        prev: dict[str, Any] = dict(self.inputs)  # each type's previous-layer rows
+        made: list[Any] = []  # the tables last layer made (dropped once this layer is done)
+        for layer in range(self.net.num_inference_layers):
+            ets = [et for et in self.typed.edge_types(layer, set(prev)) if et in view.edges]
             out_types = sorted({et[-1] for et in ets})
-            width = self.net.inference_width(layer)
-            new_bufs = {t: self._buffer(t, width, self._reads_next(layer, t)) for t in out_types}
-            new = {
-                t: view.backend.new_table(
-                    view.table_name(round_, layer, t),
-                    t,
-                    view.num_nodes[t],
-                    new_bufs[t][: self.plan.local[t]],
-                )
+            sinks = {
+                t: self._sink(layer, t, view.table_name(round_, layer, t), prev.get(t))
                 for t in out_types
             }
             used = sorted({et[0] for et in ets} | set(out_types))
-            rows, weights = {}, self.typed.projection(layer)
-            if weights is None:
-                rows = {t: self._read(tables[t], t, bufs.get(t)) for t in used}
-            else:
-                projected = []
-                for t in used:
-                    name = view.table_name(round_, layer, t) + "/projected"
-                    rows[t], ptable = self._read_projected(tables[t], t, bufs.get(t), weights, name)
-                    projected.append(ptable)
-                self._drop(made)  # last layer's `h`: read by nobody past the barrier above,
-                made, tables, bufs = projected, {}, {}  # so its memory goes before the chunks
-            rows = self.typed.prepare(rows)
+            rows = self._rows(layer, round_, used, prev, made)
             for t in out_types:
-                ets_t = [et for et in ets if et[-1] == t]
-                self._layer(layer, t, ets_t, rows, degrees, new[t], new_bufs[t])
-            del rows  # freed before the next layer's rows are read (peak: one layer's rows)
+                self._layer(layer, t, [et for et in ets if et[-1] == t], rows, degrees, sinks[t])
+            del rows, prev  # freed before the next layer's rows are read (peak: one layer's)
             view.backend.barrier()  # layer complete everywhere before anyone reads it
             self._drop(made)
-            made, tables, bufs = list(new.values()), new, new_bufs
-        return NodeRows(view, tables)
+            made, prev = [s.table for s in sinks.values()], sinks
+        return NodeRows(view, {t: s.table for t, s in prev.items()})
 
     def _drop(self, tables: list[Any]) -> None:
         """Release `tables` (no reference is left behind here: their buffers can go)."""
@@ -299,29 +392,21 @@ class _Run:
         ets: list[EdgeType],
         rows: dict[str, Tensor],
         degrees: dict[EdgeType, Tensor],
-        out: Any,
-        buf: Tensor,
+        sink: _Table | _Projections,
     ) -> None:
-        """Layer `layer` of this rank's `ntype` nodes, chunk by chunk, into the table `out`
-        (whose shard is the head of `buf`: rows held here are written in place).
+        """Layer `layer` of this rank's `ntype` nodes, chunk by chunk, into `sink`.
 
         Every chunk reads the layer's `rows` in place (its blocks index them by position): no
         per-chunk copy of source rows, whatever the chunk size.
         """
-        mine, held = self.view.mine[ntype], self.plan.local[ntype]
+        mine = self.view.mine[ntype]
         for start in range(0, mine.numel(), self.chunk):
             stop = min(start + self.chunk, mine.numel())
             lead = self.plan.mine_pos[ntype][start:stop]  # the targets' own rows
             inputs = {et: (rows[et[0]], self._block(et, start, stop, lead, degrees)) for et in ets}
-            first = range_start(lead) if held else None
-            dest = None if first is None else buf[first : first + lead.numel()]
+            dest = sink.dest(lead)
             result = self.typed.layer(layer, rows[ntype], lead, inputs, dest)
-            if dest is not None and result is dest:
-                continue  # written in place, straight into this process's shard
-            if held:  # the targets' rows are in this process's shard
-                buf.index_copy_(0, lead, result)
-            else:
-                out[mine[start:stop]] = result
+            sink.put(mine[start:stop], lead, result, dest)
 
     def _block(
         self, et: EdgeType, start: int, stop: int, lead: Tensor, degrees: dict[EdgeType, Tensor]
@@ -405,6 +490,11 @@ def layerwise_logits(model: nn.Module, view: GraphView, chunk_size: int) -> Tens
     """
     rows = layerwise_embeddings(model, view, chunk_size)
     try:
+        shard = _shard(rows.tables[view.target])
+        if range_start(_plan(view).mine_pos[view.target]) == 0 and shard.size(0) == len(
+            view.mine[view.target]
+        ):
+            return shard  # this process holds exactly its targets' rows, in order: no copy
         return rows.rows(view.mine[view.target])
     finally:
         rows.close()
@@ -414,13 +504,14 @@ def evaluate_layerwise(
     model: nn.Module, view: GraphView, chunk_size: int, splits: tuple[str, ...] = ("val", "test")
 ) -> dict[str, float]:
     """`{"<split>_acc": ...}` over all ranks from layer-wise logits (collective, like above)."""
-    logits = layerwise_logits(model, view, chunk_size)
-    mine = view.mine[view.target]
+    right = layerwise_logits(model, view, chunk_size).argmax(dim=-1) == view.labels
+    mine, flags = view.mine[view.target], torch.zeros(view.num_nodes[view.target], dtype=torch.bool)
     counts = torch.zeros(2 * len(splits), dtype=torch.float64)
     for i, split in enumerate(splits):
-        mask = torch.isin(mine, view.splits.get(split, torch.empty(0, dtype=torch.long)))
-        pred = logits[mask].argmax(dim=-1)
-        counts[2 * i] = float((pred == view.labels[mask]).sum())
+        flags[view.splits.get(split, torch.empty(0, dtype=torch.long))] = True
+        mask = flags[mine]  # which of this rank's nodes are in the split (O(nodes), no sort)
+        flags.zero_()
+        counts[2 * i] = float(right[mask].sum())
         counts[2 * i + 1] = float(mask.sum())
     counts = view.backend.all_reduce(counts)
     return {

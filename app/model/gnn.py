@@ -355,7 +355,7 @@ class Block:
             return h[: self.n_dst]
         if self._dst_start is not None:
             return h[self._dst_start : self._dst_start + self.n_dst]
-        return h[self.dst]
+        return h.index_select(0, self.dst)  # a row gather ~5x faster than h[self.dst]
 
     def compact(self) -> tuple[Tensor, Block]:
         """(the source positions this block reads, targets first; the block over just them),
@@ -430,13 +430,17 @@ class SAGELayer(nn.Module):
         (`narrows`: both projections computed once for every chunk, see
         `SampledGNN.inference_projection`); else it aggregates first, so only the rows the
         block reads are used. Written into `out` when given ([n_dst, out_channels]): the
-        products accumulate there, so a chunk allocates at most its aggregate."""
+        products accumulate there, so a chunk allocates at most its aggregate; `out` may be
+        the targets' own rows of `h W_root^T` (layer-wise inference's buffer), added to."""
         if out is None:
             out = torch.empty(block.n_dst, self.lin_neigh.out_features)
         if isinstance(h, tuple):
             root, neigh = h
+            own = block.targets(root)
+            if own.data_ptr() == out.data_ptr():  # `out` holds the root rows: add to them
+                return out.add_(block.mean(neigh)).add_(self.lin_neigh.bias)
             block.mean(neigh, out).add_(self.lin_neigh.bias)
-            return out.add_(block.targets(root))
+            return out.add_(own)
         torch.addmm(self.lin_neigh.bias, block.mean(h), self.lin_neigh.weight.t(), out=out)
         return out.addmm_(block.targets(h), self.lin_root.weight.t())
 

@@ -157,6 +157,7 @@ def _join(rt, spec: dict):
 
 def _check_homo(ctx, spec: dict) -> None:
     from app.inference import evaluate_layerwise, layerwise_logits, partition_view
+    from app.model.gnn import SampledGNN
     from app.partition.reader import load_partition
 
     data = homo_data()
@@ -168,6 +169,11 @@ def _check_homo(ctx, spec: dict) -> None:
         _close(got, ref[view.mine[view.target]], f"{kind}, part {ctx.partition_idx}")
         acc = evaluate_layerwise(model, view, CHUNK)
         assert acc == pytest.approx(reference_accuracy(ref, data)), f"{kind}: {acc}"
+    torch.manual_seed(14)
+    # one layer that narrows (5 -> 4): layer 0 reads the inputs' projections
+    narrow = SampledGNN("sage", 5, HIDDEN, CLASSES, 1).eval()
+    ref = narrow(data.x, data.edge_index)
+    _close(layerwise_logits(narrow, view, CHUNK), ref[view.mine[view.target]], "1-layer sage")
     from app.model.link import Decoder, LinkPredictor
 
     link = LinkPredictor(homo_model("sage"), Decoder("mlp", CLASSES)).eval()
