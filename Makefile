@@ -54,7 +54,7 @@ bench: install  ## benchmarks: table on stdout, records in outputs/bench/results
 
 bench-products: install  ## opt-in: ogbn-products scale (2.45M nodes): partitioning, then the 2-node training job measured per process
 	$(BIN)/python -m bench.partition --products
-	$(BIN)/python -m bench.products_job
+	$(BIN)/python -m bench.products_job --repeat=3
 
 ui: install  ## MLflow UI over the default store; prints http://127.0.0.1:5000 once it answers
 	$(BIN)/python -m app.tracking.ui serve --store $(CURDIR)/outputs/mlflow.db --port 5000
