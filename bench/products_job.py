@@ -11,7 +11,9 @@ minor page faults and RSS, per process (named from the DISTGNN_* variables the l
 and every two seconds the proportional set size (PSS: a page shared by k processes counts 1/k in
 each — the partition's memory-mapped files are mapped by both processes of a node).
 The job's own figures come from its `result.json`: `epoch_time_s`, `eval_time_s`,
-`data_wait_frac`, accuracies.
+`data_wait_frac`, accuracies. With a `train.epochs=K` override, the figures are the last
+epoch's and its evaluation's (the first epoch pays one-time costs; later evaluations reuse
+their plan).
 
 The phases are cut at the job's clock: the training epoch is the `epoch_time_s` seconds before
 evaluation starts, and evaluation is the `eval_time_s` seconds before the epoch's metrics line
@@ -167,6 +169,12 @@ def _job(out: Path, nodes: int, extra: list[str]) -> list[str]:
     ]  # fmt: skip
 
 
+def _epochs(extra: list[str]) -> int:
+    """The job's epoch count: 1, or the last `train.epochs=` override (Hydra's last wins)."""
+    given = [o.split("=", 1)[1] for o in extra if o.startswith("train.epochs=")]
+    return int(given[-1]) if given else 1
+
+
 def _log_line_time(log: Path, needle: str, proc: subprocess.Popen) -> float:
     """Poll `log` until `needle` appears (the monotonic time it was seen)."""
     while True:
@@ -196,7 +204,8 @@ def measure(nodes: int, extra: list[str]) -> dict[str, Any]:
     while not (new := set((out / "runs").glob("*")) - runs_before):
         time.sleep(POLL_S)
     job = new.pop()
-    ended = _log_line_time(job / "logs" / "trainer0-0.log", "distgnn.train: epoch 0:", proc)
+    last = f"distgnn.train: epoch {_epochs(extra) - 1}:"  # the measured epoch: the last one
+    ended = _log_line_time(job / "logs" / "trainer0-0.log", last, proc)
     if proc.wait() != 0:
         raise RuntimeError(f"job failed (exit {proc.returncode}): see {job}/logs")
     monitor.stop.set()
