@@ -579,9 +579,9 @@ class SampledGNN(nn.Module):
 
     def inference_projection(self, layer: int) -> tuple[Tensor, Tensor] | None:
         """`(W_root, W_neigh)` when layer `layer` reads `(h W_root^T, h W_neigh^T)` instead of
-        `h` (a SAGE layer that `narrows`: fewer columns to aggregate and to fetch — every rank
-        projects the rows it holds once, reads its halo's projected rows, and `h` itself can go
-        before the chunks run); None: the layer reads `h`."""
+        `h` (a SAGE layer that `narrows`: fewer columns to aggregate and to fetch — layer-wise
+        inference has the layer before project each chunk as it computes it, so `h` is never
+        stored whole); None: the layer reads `h`."""
         lyr = self.layers[layer]
         if isinstance(lyr, SAGELayer) and lyr.narrows:
             return lyr.lin_root.weight, lyr.lin_neigh.weight
@@ -595,8 +595,9 @@ class SampledGNN(nn.Module):
         out: Tensor | None = None,
     ) -> Tensor:
         """Layer `layer` of the block's targets from layer `layer - 1` rows (eval semantics;
-        `h_src`: `(h W_root^T, h W_neigh^T)` for a layer with an `inference_projection`). With `out` ([n_dst, width]) a layer that can
-        writes its rows there (SAGE) and returns `out`; others return a fresh tensor."""
+        `h_src`: `(h W_root^T, h W_neigh^T)` for a layer with an `inference_projection`). With
+        `out` ([n_dst, width]) a layer that can writes its rows there (SAGE) and returns `out`;
+        others return a fresh tensor."""
         h = self.layers[layer].infer(h_src, block, out)
         return h.relu_() if layer < self.num_layers - 1 else h
 
