@@ -220,7 +220,9 @@ class DistNeighborSampler:
             free = self._free
             out = {t: free[t].pop() if free.get(t) else None for t in node_types}
         gs = self.graph_store
-        return {t: r or Relabeler(gs.num_nodes(t), self.disjoint) for t, r in out.items()}
+        return {  # `is None`: a reset relabeler has len 0, so `r or ...` would never reuse it
+            t: Relabeler(gs.num_nodes(t), self.disjoint) if r is None else r for t, r in out.items()
+        }
 
     def prepare(self, concurrency: int) -> None:
         """Do now what the first batches would: a relabeler per batch in flight, the feature
