@@ -165,6 +165,7 @@ class DistLoader:
         self._batch_timeout = rpc_timeout * (self.sampler.num_hops + 2)
         self._release = weakref.finalize(self, _release, self._pool, self.ring, self._group)
         self._warming = self._prepare_samplers()
+        self._ahead: tuple[int, deque] | None = None  # (epoch, batches) started by `prefetch`
 
     def _prepare_samplers(self) -> list[rpc.PendingCall]:
         """Have every sampler build what its first batches need (`DistNeighborSampler.prepare`)
@@ -230,24 +231,54 @@ class DistLoader:
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def __iter__(self) -> Iterator[Any]:
-        order = self._order(self._num_inputs())
+        epoch, batches = self.epoch, self._epoch_batches()
         self.epoch += 1
+        return self._pipeline(batches, epoch)
+
+    def _epoch_batches(self) -> list[Tensor]:
+        """The input indices of each batch of epoch `self.epoch`, in order."""
+        order = self._order(self._num_inputs())
         batches = [order[i : i + self.batch_size] for i in range(0, order.numel(), self.batch_size)]
         if self.drop_last and batches and batches[-1].numel() < self.batch_size:
             batches.pop()
-        return self._pipeline(batches, self.epoch - 1)
+        return batches
+
+    def prefetch(self) -> None:
+        """Start sampling the next epoch's first batches now (as many as are kept in flight),
+        e.g. while the trainer sets up its tracking, so that epoch's first step finds a batch
+        instead of waiting for an empty pipeline. The next `iter()` takes them over; if the
+        epoch counter moved meanwhile (a resumed job), they are collected and dropped."""
+        if self._ahead is None:
+            window: deque = deque()
+            self._fill(window, iter(enumerate(self._epoch_batches())), self.epoch)
+            self._ahead = (self.epoch, window)
+
+    def _fill(self, window: deque, todo: Iterator[tuple[int, Tensor]], epoch: int) -> None:
+        """Submit batches from `todo` until `window` holds as many as may be in flight
+        (`concurrency`; one with `async_sampling=False`)."""
+        while self._warming:  # the samplers have built what the first batches need
+            self._warming.pop().wait()
+        limit = self.concurrency if self.async_sampling else 1
+        while len(window) < limit and (nxt := next(todo, None)) is not None:
+            window.append(self._submit(nxt[1], derive_seed(self.seed, epoch, nxt[0])))
+
+    def _prefetched(self, epoch: int) -> deque:
+        """The batches `prefetch` started for `epoch` (drops them if they are another's)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[0] == epoch:
+            return ahead[1]
+        if ahead is not None:
+            self._drain(ahead[1])
+        return deque()
 
     def _pipeline(self, batches: list[Tensor], epoch: int) -> Iterator[Any]:
         """Keep up to `concurrency` batches in flight (with `async_sampling=False`, one,
         requested when the previous one is taken); yield them in order."""
-        while self._warming:
-            self._warming.pop().wait()
-        window: deque = deque()
+        window = self._prefetched(epoch)
         todo = iter(enumerate(batches))
-        for i, index in todo:
-            window.append(self._submit(index, derive_seed(self.seed, epoch, i)))
-            if len(window) >= (self.concurrency if self.async_sampling else 1):
-                break
+        for _ in range(len(window)):  # started by `prefetch`
+            next(todo)
+        self._fill(window, todo, epoch)
         try:
             while window:
                 out = self._finish(self._attach(window.popleft()))
@@ -320,6 +351,9 @@ class DistLoader:
         """Release this loader: its thread pool, its shared-memory ring's files, and its share of
         the RPC group it formed (the last loader out stops the sampler processes and leaves
         RPC). Under the launcher, RPC stays up for other loaders (see `workers.shutdown`)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:  # prefetched for an epoch that never ran: collected, dropped
+            self._drain(ahead[1])
         self._release()
 
     def __enter__(self) -> DistLoader:

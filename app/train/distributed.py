@@ -153,6 +153,9 @@ def train_distributed(runtime: Runtime, cfg: Config) -> dict[str, float]:
         with phase("build task (RPC join)"):
             task = build_task(cfg, source)
         _log_shares(runtime, task.loaders)
+        train = task.loaders.get("train")
+        if hasattr(train, "prefetch"):  # its first batches sample while tracking starts
+            train.prefetch()
         _start_tracking(session, source.part)
         with phase("ranks ready"):  # the first epoch starts together: no rank's epoch time
             dist.barrier()  # or data wait counts rank 0's tracker start-up
