@@ -124,14 +124,15 @@ class _ReadPlan:
     Per node type, a layer's rows are one buffer: first the `local` rows this process holds
     (its tables' shard, in shard order: read in place, never copied after layer 0), then the
     rows of `fetch` (the other ids it reads: its halo, grouped by owner so each owner's answer
-    is one block copy). `mine_pos`: its own nodes as positions in the buffer; per edge type,
-    `col_pos`: every edge's source as a position (the blocks' column indices).
+    is one block copy). `mine_pos`: its own nodes as positions in the buffer; `pos_of`: every
+    global id's position (-1: not read), which maps a chunk's edge sources to its block's
+    column indices (per chunk: a map of every edge would be 4 bytes an edge, all evaluation).
     """
 
     local: dict[str, int]
     fetch: dict[str, Tensor]
     mine_pos: dict[str, Tensor]
-    col_pos: dict[EdgeType, Tensor]
+    pos_of: dict[str, Tensor]
 
 
 MARK_PIECE = 1 << 20  # edges whose source is marked at a time by `_plan`
@@ -155,7 +156,7 @@ def _plan(view: GraphView) -> _ReadPlan:
             order = torch.argsort(view.backend.owners(t, wanted), stable=True)
             local[t], fetch[t] = held.numel(), wanted[order]
             rows = held.numel() + wanted.numel()
-            kind = torch.int32 if rows < 2**31 else torch.long  # 4 bytes an edge in col_pos
+            kind = torch.int32 if rows < 2**31 else torch.long  # 4 bytes a node
             pos_of[t] = torch.full((n,), -1, dtype=kind)
             pos_of[t][held] = torch.arange(held.numel(), dtype=kind)
             pos_of[t][fetch[t]] = torch.arange(held.numel(), rows, dtype=kind)
@@ -163,7 +164,7 @@ def _plan(view: GraphView) -> _ReadPlan:
             local,
             fetch,
             {t: pos_of[t].index_select(0, mine).long() for t, mine in view.mine.items()},
-            {et: pos_of[et[0]].index_select(0, col) for et, (_, col) in view.edges.items()},
+            pos_of,
         )
     return view.cache["plan"]
 
@@ -414,12 +415,12 @@ class _Run:
     ) -> Block:
         """The in-edges of edge type `et` of the targets `mine[start:stop]` (at rows `lead` of
         their type's buffer), over every row of the source type's buffer."""
-        crow = self.view.edges[et][0]
+        crow, col = self.view.edges[et]
         lo, hi = int(crow[start]), int(crow[stop])
         src = et[0]
         return Block(
             crow[start : stop + 1] - lo,
-            self.plan.col_pos[et][lo:hi],
+            self.plan.pos_of[src].index_select(0, col[lo:hi]),
             self.plan.local[src] + self.plan.fetch[src].numel(),
             degrees.get(et),
             lead if et[0] == et[-1] else None,
