@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Protocol
 
@@ -35,6 +36,28 @@ class PartitionBook(Protocol):
     num_parts: int
 
     def partition_of(self, ids: torch.Tensor) -> torch.Tensor: ...
+
+
+_SHARD_IDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # book -> {key: ids}
+_SHARD_IDS_LOCK = threading.Lock()
+
+
+def shard_ids(
+    book: PartitionBook, part_id: int, num_rows: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(owned, row_of) of part `part_id` among `num_rows` ids: its sorted global ids, and each
+    id's row in its shard (int32, -1: not owned). Computed once per book and part, and shared
+    (read-only) by every DistTensor over them: a layer-wise evaluation makes one per layer."""
+    with _SHARD_IDS_LOCK:
+        known = _SHARD_IDS.setdefault(book, {})
+        if (part_id, num_rows) not in known:
+            parts = book.partition_of(torch.arange(num_rows))
+            owned = torch.nonzero(parts == part_id).flatten()
+            # int32 keeps the map at 4 bytes a row
+            row_of = torch.full((num_rows,), -1, dtype=torch.int32)
+            row_of[owned] = torch.arange(len(owned), dtype=torch.int32)
+            known[part_id, num_rows] = owned, row_of
+        return known[part_id, num_rows]
 
 
 class DistTensorError(PeerError):
@@ -76,11 +99,8 @@ class DistTensor:
     ) -> None:
         self.shape, self.dtype, self.name = tuple(shape), dtype, name
         self.book, self.part_id, self.is_owner = book, part_id, is_owner
-        parts = book.partition_of(torch.arange(self.shape[0]))
-        self.owned = torch.nonzero(parts == part_id).flatten()  # sorted global ids
-        # global id -> row of the local shard (-1: not owned); int32 keeps it at 4 bytes a row
-        self.row_of = torch.full((self.shape[0],), -1, dtype=torch.int32)
-        self.row_of[self.owned] = torch.arange(len(self.owned), dtype=torch.int32)
+        # sorted owned global ids; global id -> row of the local shard (-1: not owned)
+        self.owned, self.row_of = shard_ids(book, part_id, self.shape[0])
         self.local = init_func((len(self.owned), *self.shape[1:]), dtype) if is_owner else None
         self.lock = threading.Lock()
         if is_owner:

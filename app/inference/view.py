@@ -25,7 +25,7 @@ from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
 from app.distributed.context import DistContext
-from app.distributed.tensor import DistTensor, unregister
+from app.distributed.tensor import DistTensor, shard_ids, unregister
 from app.model.gnn import group_by
 from app.partition.reader import PartitionData
 
@@ -80,8 +80,7 @@ class DistBackend:
         node's first trainer (the owner of every table's shard), none elsewhere."""
         if not self.is_owner:
             return torch.empty(0, dtype=torch.long)
-        parts = self.books[ntype].partition_of(torch.arange(num_rows))
-        return torch.nonzero(parts == self.part_id).view(-1)
+        return shard_ids(self.books[ntype], self.part_id, num_rows)[0]  # as its DistTensors'
 
     def owners(self, ntype: str, ids: Tensor) -> Tensor:
         return self.books[ntype].partition_of(ids)
