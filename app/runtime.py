@@ -102,7 +102,7 @@ def node_workers(node_rank: int, procs_per_node: int, num_workers: int) -> list[
 # -- per-process CPU settings -----------------------------------------------------------------
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8  # glibc mallopt parameters
-_SAMPLER_ARENAS = 2  # malloc arenas shared by a sampler's RPC threads
+_ARENAS = 2  # malloc arenas shared by a process's threads
 _MMAP_MAX = 32 << 20  # glibc's ceiling for M_MMAP_THRESHOLD on 64-bit
 
 
@@ -114,11 +114,12 @@ def tune_process(role: str) -> dict[str, int]:
     intra-op pool takes that share (`OMP_NUM_THREADS`, default 1). A sampler's work is the numba
     kernels (single-threaded, they release the GIL), numpy gathers and RPC handler threads: one
     torch thread and one numba thread, so W samplers never oversubscribe the cores the trainer
-    uses. Samplers also keep freed heap memory (no trim, large blocks from the heap up to
-    32 MB) instead of returning it to the kernel after every batch: each batch's tens of MB of
-    temporaries then reuse pages already faulted in, rather than faulting in fresh ones. Their
-    RPC threads (a dozen or more) share two malloc arenas: with one arena per thread, as glibc
-    gives by default, each kept its own high-water mark (products: 150 MB more per sampler).
+    uses. Both roles keep freed heap memory (no trim, blocks up to 32 MB from the heap) instead
+    of returning it to the kernel after every batch: a batch's tens of MB of temporaries (a
+    sampler's gathers, a trainer's activations, an evaluation chunk's) then reuse pages already
+    faulted in rather than faulting in fresh ones; and their threads (a sampler's RPC handlers:
+    a dozen or more) share two malloc arenas: with one arena per thread, as glibc gives by
+    default, each kept its own high-water mark (products: 150 MB more per sampler).
     """
     import torch
 
@@ -132,8 +133,7 @@ def tune_process(role: str) -> dict[str, int]:
         out["numba_threads"] = numba.get_num_threads()
     except (ImportError, ValueError):  # numba absent, or its pool already fixed smaller
         pass
-    if role == "sampler":
-        out["malloc_tuned"] = int(_keep_heap())
+    out["malloc_tuned"] = int(_keep_heap())
     return out
 
 
@@ -147,7 +147,7 @@ def _keep_heap() -> bool:
         return bool(
             libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30)
             and libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_MAX)
-            and libc.mallopt(_M_ARENA_MAX, _SAMPLER_ARENAS)
+            and libc.mallopt(_M_ARENA_MAX, _ARENAS)
         )
     except (OSError, AttributeError):
         return False
