@@ -21,7 +21,7 @@ import os
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -156,6 +156,8 @@ class DistLoader:
             for w in range(num_workers if self.ctx is not None else 0)
         ]
         self._pool = ThreadPoolExecutor(concurrency) if not self.workers else None
+        # batch requests go out from this thread: an RPC call costs the trainer's step ~3 ms
+        self._sender = ThreadPoolExecutor(1, "distgnn-send") if self.workers else None
         self.spec = self.sampler.spec
         # sampler processes share this node: features come back through reused /dev/shm slots
         self.ring = BatchRing() if self.workers else None
@@ -163,7 +165,9 @@ class DistLoader:
         # a batch makes one round of calls per hop plus the feature fetch, each bounded by
         # rpc_timeout: waiting longer for the whole batch lets the inner error name the culprit
         self._batch_timeout = rpc_timeout * (self.sampler.num_hops + 2)
-        self._release = weakref.finalize(self, _release, self._pool, self.ring, self._group)
+        self._release = weakref.finalize(
+            self, _release, self._pool, self._sender, self.ring, self._group
+        )
         self._warming = self._prepare_samplers()
         self._ahead: tuple[int, deque] | None = None  # (epoch, batches) started by `prefetch`
 
@@ -260,7 +264,15 @@ class DistLoader:
             self._warming.pop().wait()
         limit = self.concurrency if self.async_sampling else 1
         while len(window) < limit and (nxt := next(todo, None)) is not None:
-            window.append(self._submit(nxt[1], derive_seed(self.seed, epoch, nxt[0])))
+            window.append(self._send(nxt[1], derive_seed(self.seed, epoch, nxt[0])))
+
+    def _send(self, index: Tensor, seed: int) -> Any:
+        """Request a batch (`_submit`): from the sender thread when sampler processes make it,
+        so the trainer goes on with its step while the call is made (batches stay in order:
+        one thread sends them all)."""
+        if self._sender is None:
+            return self._submit(index, seed)
+        return self._sender.submit(self._submit, index, seed)
 
     def _prefetched(self, epoch: int) -> deque:
         """The batches `prefetch` started for `epoch` (drops them if they are another's)."""
@@ -284,10 +296,10 @@ class DistLoader:
                 out = self._finish(self._attach(window.popleft()))
                 nxt = next(todo, None)
                 if nxt is not None and self.async_sampling:  # next batch samples meanwhile
-                    window.append(self._submit(nxt[1], derive_seed(self.seed, epoch, nxt[0])))
+                    window.append(self._send(nxt[1], derive_seed(self.seed, epoch, nxt[0])))
                 yield out
                 if nxt is not None and not self.async_sampling:  # sampled when asked for
-                    window.append(self._submit(nxt[1], derive_seed(self.seed, epoch, nxt[0])))
+                    window.append(self._send(nxt[1], derive_seed(self.seed, epoch, nxt[0])))
         except GeneratorExit:  # left early (break): errors propagate at once, undrained
             self._drain(window)
             raise
@@ -325,6 +337,8 @@ class DistLoader:
     @staticmethod
     def _attach(pending: Any) -> Any:
         """Wait for a batch; map its shared-memory features (sampler processes)."""
+        if isinstance(pending, Future):  # still with the sender thread: the call, once made
+            pending = pending.result()
         out = pending.wait()
         return pending.attach(out) if isinstance(pending, _InSlot) else out
 
@@ -387,10 +401,16 @@ class DistLoader:
             call.wait()
 
 
-def _release(pool: ThreadPoolExecutor | None, ring: BatchRing | None, group: Any) -> None:
+def _release(
+    pool: ThreadPoolExecutor | None,
+    sender: ThreadPoolExecutor | None,
+    ring: BatchRing | None,
+    group: Any,
+) -> None:
     """What `close` frees (also run on garbage collection and at exit: holds no loader)."""
-    if pool is not None:
-        pool.shutdown(wait=False, cancel_futures=True)
+    for threads in (pool, sender):
+        if threads is not None:
+            threads.shutdown(wait=False, cancel_futures=True)
     if ring is not None:  # the slot files the sampler processes wrote for this ring
         for path in SHM_DIR.glob(f"{PREFIX}*-{ring.tag}s*"):
             path.unlink(missing_ok=True)
