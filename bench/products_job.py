@@ -196,12 +196,11 @@ def prepare(nodes: int, extra: list[str]) -> None:
 
 def measure(nodes: int, extra: list[str]) -> dict[str, Any]:
     """One training job (data and partition cached by `prepare`), measured per process."""
-    out = OUT
-    runs_before = set((out / "runs").glob("*"))
-    proc = subprocess.Popen(_job(out, nodes, extra), stdout=subprocess.DEVNULL)
+    runs_before = set((OUT / "runs").glob("*"))
+    proc = subprocess.Popen(_job(OUT, nodes, extra), stdout=subprocess.DEVNULL)
     monitor = Monitor(proc.pid)
     monitor.start()
-    while not (new := set((out / "runs").glob("*")) - runs_before):
+    while not (new := set((OUT / "runs").glob("*")) - runs_before):
         time.sleep(POLL_S)
     job = new.pop()
     last = f"distgnn.train: epoch {_epochs(extra) - 1}:"  # the measured epoch: the last one

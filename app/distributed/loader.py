@@ -274,8 +274,9 @@ class DistLoader:
             return self._submit(index, seed)
         return self._sender.submit(self._submit, index, seed)
 
-    def _prefetched(self, epoch: int) -> deque:
-        """The batches `prefetch` started for `epoch` (drops them if they are another's)."""
+    def _prefetched(self, epoch: int | None) -> deque:
+        """The batches `prefetch` started for `epoch`; started for another (any, with None),
+        they are collected and dropped."""
         ahead, self._ahead = self._ahead, None
         if ahead is not None and ahead[0] == epoch:
             return ahead[1]
@@ -365,9 +366,7 @@ class DistLoader:
         """Release this loader: its thread pool, its shared-memory ring's files, and its share of
         the RPC group it formed (the last loader out stops the sampler processes and leaves
         RPC). Under the launcher, RPC stays up for other loaders (see `workers.shutdown`)."""
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None:  # prefetched for an epoch that never ran: collected, dropped
-            self._drain(ahead[1])
+        self._prefetched(None)  # prefetched for an epoch that never ran
         self._release()
 
     def __enter__(self) -> DistLoader:
