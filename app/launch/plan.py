@@ -285,9 +285,15 @@ def heartbeat_path(job_dir: str, name: str) -> Path:
 
 
 def child_env(runtime: Runtime, threads: int, extra: Mapping[str, str]) -> dict[str, str]:
-    """The variables a child needs on top of the inherited environment."""
+    """The variables a child needs on top of the inherited environment.
+
+    `THP_MEM_ALLOC_ENABLE=1` (unless the launcher's environment sets it): torch backs each CPU
+    tensor of 2 MB or more with transparent huge pages (where the kernel allows them), so a
+    batch's or an evaluation chunk's fresh memory faults in 2 MB at a time instead of 4 kB.
+    """
     n = str(max(1, threads))
     return {
+        "THP_MEM_ALLOC_ENABLE": os.environ.get("THP_MEM_ALLOC_ENABLE", "1"),
         **loopback_ifname_env(runtime.master_addr),  # gloo / TensorPipe data sockets on lo
         **extra,
         **runtime.to_env(),

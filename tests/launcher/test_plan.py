@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 
@@ -46,6 +47,7 @@ def test_local_plan_ranks_names_and_env(compose, tmp_path):
         assert (p.runtime.ddp_port, p.runtime.rpc_port) == (29500, 29501)
         assert p.env["OMP_NUM_THREADS"] == "1"  # 8 cores / 8 processes
         assert p.env["PYTHONUNBUFFERED"] == "1"
+        assert p.env["THP_MEM_ALLOC_ENABLE"] == os.environ.get("THP_MEM_ALLOC_ENABLE", "1")
         assert p.env["GLOO_SOCKET_IFNAME"] == p.env["TP_SOCKET_IFNAME"] != ""  # loopback only
         assert p.env["DISTGNN_MLFLOW_PARENT_RUN_ID"] == "abc"
         assert p.runtime.config_path == str((tmp_path / "job" / "config.yaml").resolve())
