@@ -83,13 +83,24 @@ class _Maps:
             try:
                 size = os.fstat(fd).st_size
                 if create and size < need:
-                    size = -(-max(need, size + size // 4) // _GROW) * _GROW
-                    os.posix_fallocate(fd, 0, size)  # ENOSPC now rather than SIGBUS later
+                    grown = -(-max(need, size + size // 4) // _GROW) * _GROW
+                    _write_zeros(fd, size, grown)
+                    size = grown
                 mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
             finally:
                 os.close(fd)
             self._maps[path] = mm
             return mm
+
+
+def _write_zeros(fd: int, start: int, end: int) -> None:
+    """Extend the file to `end` by writing zeros from `start`: ENOSPC now rather than SIGBUS
+    later, as `posix_fallocate` would; but pages that were written are mapped by the kernel
+    16 per fault (fault-around), where fallocated ones fault one by one (a 21 MB slot: 594
+    faults instead of 5,376, and a little faster)."""
+    zeros = bytes(_GROW)
+    for offset in range(start, end, _GROW):
+        os.pwrite(fd, zeros[: end - offset], offset)
 
 
 _maps = _Maps()
