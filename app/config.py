@@ -21,6 +21,7 @@ from omegaconf import II, OmegaConf
 DATASETS = ("synthetic_products", "synthetic_mag", "ogbn_products", "ogbn_mag")
 MODELS = ("sage", "gat", "gcn", "mlp")
 PARTITION_METHODS = ("metis", "random", "stream")
+NODE_ORDERS = ("original", "locality")
 EVAL_MODES = ("layerwise", "sampled")
 SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
 TEMPORAL_STRATEGIES = ("uniform", "last")
@@ -60,6 +61,9 @@ class PartitionConfig:
     balance_train: bool = True  # balance training nodes across parts (DGL balance_ntypes)
     balance_edges: bool = True  # balance in-edges across parts (node weight = in-degree)
     relabel: bool = False  # renumber nodes so each part owns a contiguous range
+    # relabel only: number a part's nodes in their original order, or community by community
+    # (locality: neighbours get nearby ids, so kernels reading their rows hit the cache)
+    order: str = "original"
     root: str | None = None  # default: <output_dir>/partitions/<dataset fingerprint>
     overwrite: bool = False
     # Peak memory (GiB) partitioning may use; null: no limit. method=stream refuses up front a
@@ -359,6 +363,13 @@ def _check_partition(cfg: Config) -> None:
     budget = p.memory_budget_gb
     _require(budget is None or budget > 0, "partition.memory_budget_gb", budget, "must be > 0")
     _require(p.refine_passes >= 0, "partition.refine_passes", p.refine_passes, "must be >= 0")
+    _choice("partition.order", p.order, NODE_ORDERS)
+    _require(
+        p.order == "original" or p.relabel,
+        "partition.order",
+        p.order,
+        "a locality order renumbers the nodes: set partition.relabel=true as well",
+    )
     if p.method != "stream":
         return
     _require(

@@ -28,8 +28,9 @@ log = logging.getLogger("distgnn")
 def _params(cfg: Config) -> dict[str, Any]:
     p = cfg.partition
     params = partition_params(
-        p.num_parts, p.method, p.recursive, p.balance_train, p.balance_edges, p.relabel, cfg.seed
-    )
+        p.num_parts, p.method, p.recursive, p.balance_train, p.balance_edges, p.relabel, cfg.seed,
+        p.order,
+    )  # fmt: skip
     if p.method == "stream":
         params.update(
             balance_train=p.balance_train, balance_edges=p.balance_edges,
@@ -50,7 +51,7 @@ def config_fingerprint(cfg: Config, dataset_fp: str | None = None) -> str:
 
 
 def partition_root(cfg: Config, fingerprint: str | None = None) -> Path:
-    """`cfg.partition.root`, or `<output_dir>/partitions/<dataset>-<fp>-<method>-p<P>[-relabel]`.
+    """`cfg.partition.root`, or `<output_dir>/partitions/<dataset>-<fp>-<method>-p<P>[-relabel][-locality]`.
 
     `<fp>` is the partition fingerprint (dataset fingerprint + every partition parameter), so
     changing any of them selects another folder instead of clashing with the existing one.
@@ -60,7 +61,8 @@ def partition_root(cfg: Config, fingerprint: str | None = None) -> Path:
     p = cfg.partition
     fp = fingerprint or config_fingerprint(cfg)
     name = f"{cfg.dataset.name}-{fp}-{p.method}-p{p.num_parts}"
-    return Path(cfg.output_dir) / "partitions" / (name + ("-relabel" if p.relabel else ""))
+    name += ("-relabel" if p.relabel else "") + ("-locality" if p.order == "locality" else "")
+    return Path(cfg.output_dir) / "partitions" / name
 
 
 def _ensure(cfg: Config, data: Any = None) -> PartitionMeta:
@@ -169,6 +171,7 @@ def write_partition(cfg: Config, data: Any, root: Path, dataset_fp: str) -> Part
         seed=cfg.seed,
         fingerprint=dataset_fp,
         overwrite=p.overwrite,
+        order=p.order,
     )
 
 

@@ -47,9 +47,11 @@ labels exist); `seeds.pt` is {'train': {ntype: ids}, ...} for the labelled node 
 `halo` of an edge type holds remote nodes of its source type.
 
 Relabel (`relabel=True`, DGL's RangePartitionBook): nodes are renumbered so part p owns the
-contiguous new ids [node_bounds[p], node_bounds[p+1]) (per type for hetero), preserving the
-original order inside a part. Every id in graph/feature/seed/map files is then a NEW id;
-`orig_id.pt` maps back, so labels and results stay attributable. Edge ids are never changed.
+contiguous new ids [node_bounds[p], node_bounds[p+1]) (per type for hetero), in the original
+order inside a part, or with `order="locality"` community by community (`app.partition.order`:
+neighbours get nearby ids, so kernels that read their rows find them in cache). Every id in
+graph/feature/seed/map files is then a NEW id; `orig_id.pt` maps back, so labels and results
+stay attributable. Edge ids are never changed.
 
 The folder is written as `<root>.tmp-<pid>` and renamed to `root` when complete; a crashed
 run leaves only the tmp folder, which never loads and is removed by the next run.
@@ -77,6 +79,7 @@ from tqdm import tqdm
 
 from app.fsutil import pid_alive
 from app.partition.assign import assign_nodes
+from app.partition.order import locality_key
 from app.partition.reader import (
     FORMAT_VERSION,
     META_FILE,
@@ -155,12 +158,16 @@ def partition_params(
     balance_edges: bool,
     relabel: bool,
     seed: int,
+    order: str = "original",
 ) -> dict[str, Any]:
-    """The parameters that change the output (METIS-only knobs dropped for `random`)."""
+    """The parameters that change the output (METIS-only knobs dropped for `random`; `order`
+    only when not the original one, so older partitions keep their fingerprint)."""
     params: dict[str, Any] = {"num_parts": num_parts, "method": method, "relabel": relabel}
     params["seed"] = seed
     if method == "metis":
         params.update(recursive=recursive, balance_train=balance_train, balance_edges=balance_edges)
+    if order != "original":
+        params["order"] = order
     return params
 
 
@@ -216,17 +223,11 @@ class _View:
 # ---------------------------------------------------------------- assignment
 
 
-def _assign(view: _View, num_parts: int, method: str, **kw: Any) -> dict[NodeKey, Tensor]:
-    """node -> part per node type, from one assignment of the homogeneous view."""
-    if not view.is_hetero:
-        train = view.node_attr(None, "train_mask")
-        edge_index = view.edges[None].edge_index
-        parts = assign_nodes(
-            edge_index, view.num_nodes[None], num_parts, method, train_mask=train, **kw
-        )
-        return {None: parts}
+def _homogeneous(view: _View) -> tuple[Tensor, dict[NodeKey, int], int]:
+    """(edge_index, offset per node type, node count) of the view as one homogeneous graph."""
     offsets = view.offsets()
-    total = sum(view.num_nodes.values())
+    if not view.is_hetero:
+        return view.edges[None].edge_index, offsets, view.num_nodes[None]
     edge_index = torch.cat(
         [
             view.edges[et].edge_index + torch.tensor([[offsets[et[0]]], [offsets[et[2]]]])
@@ -234,14 +235,41 @@ def _assign(view: _View, num_parts: int, method: str, **kw: Any) -> dict[NodeKey
         ],
         dim=1,
     )
-    train = torch.zeros(total, dtype=torch.bool)
-    for t, off in offsets.items():
-        mask = view.node_attr(t, "train_mask")
-        if mask is not None:
-            train[off : off + view.num_nodes[t]] = mask
+    return edge_index, offsets, sum(view.num_nodes.values())
+
+
+def _per_type(view: _View, values: Tensor, offsets: dict[NodeKey, int]) -> dict[NodeKey, Tensor]:
+    if not view.is_hetero:
+        return {None: values}
+    return {t: values[off : off + view.num_nodes[t]].clone() for t, off in offsets.items()}
+
+
+def _assign(view: _View, num_parts: int, method: str, **kw: Any) -> dict[NodeKey, Tensor]:
+    """node -> part per node type, from one assignment of the homogeneous view."""
+    edge_index, offsets, total = _homogeneous(view)
+    train = view.node_attr(None, "train_mask") if not view.is_hetero else None
+    if view.is_hetero:
+        train = torch.zeros(total, dtype=torch.bool)
+        for t, off in offsets.items():
+            mask = view.node_attr(t, "train_mask")
+            if mask is not None:
+                train[off : off + view.num_nodes[t]] = mask
     parts = assign_nodes(edge_index, total, num_parts, method, train_mask=train, **kw)
-    del edge_index
-    return {t: parts[off : off + view.num_nodes[t]].clone() for t, off in offsets.items()}
+    return _per_type(view, parts, offsets)
+
+
+def _locality(view: _View, node_map: dict[NodeKey, Tensor], seed: int) -> dict[NodeKey, Tensor]:
+    """The `app.partition.order` community of every node, per node type."""
+    start = time.perf_counter()
+    edge_index, offsets, _ = _homogeneous(view)
+    parts = torch.cat([node_map[t] for t in offsets])
+    key = locality_key(edge_index, parts, seed)
+    log.info(
+        "locality order: %d communities (label propagation, %.1f s)",
+        int(torch.unique(key).numel()),
+        time.perf_counter() - start,
+    )
+    return _per_type(view, key, offsets)
 
 
 def _inverse(perm: Tensor) -> Tensor:
@@ -250,9 +278,15 @@ def _inverse(perm: Tensor) -> Tensor:
     return inv
 
 
-def _relabel(node_map: Tensor, num_parts: int) -> tuple[Tensor, Tensor, list[int]]:
-    """(new_id, orig_id, bounds): part p owns new ids [bounds[p], bounds[p+1])."""
-    orig_id = torch.sort(node_map, stable=True).indices
+def _relabel(
+    node_map: Tensor, num_parts: int, key: Tensor | None = None
+) -> tuple[Tensor, Tensor, list[int]]:
+    """(new_id, orig_id, bounds): part p owns new ids [bounds[p], bounds[p+1]), numbered in
+    original order, or by `key` first (ties in original order) when given."""
+    pre = None if key is None else torch.sort(key, stable=True).indices
+    orig_id = torch.sort(node_map if pre is None else node_map[pre], stable=True).indices
+    if pre is not None:
+        orig_id = pre[orig_id]
     new_id = _inverse(orig_id)
     counts = torch.bincount(node_map, minlength=num_parts)
     bounds = [0] + torch.cumsum(counts, 0).tolist()
@@ -384,6 +418,7 @@ def partition_graph(
     seed: int = 0,
     fingerprint: str | None = None,
     overwrite: bool = False,
+    order: str = "original",
 ) -> PartitionMeta:
     """Partition `data` (Data or HeteroData) into `num_parts` parts under `root`.
 
@@ -391,13 +426,17 @@ def partition_graph(
     these parameters); refuses to replace a different one unless `overwrite`.
 
     Args:
+        order: with `relabel`, "locality" numbers each part's nodes community by community
+            (`app.partition.order`) instead of in their original order.
         fingerprint: the dataset's fingerprint (`app.dataset.dataset_fingerprint`); when
             None, a content hash of `data`'s tensors is used instead.
     """
     start = time.perf_counter()
     root = Path(root)
+    if order not in ("original", "locality") or (order == "locality" and not relabel):
+        raise ValueError(f"order={order!r}: 'original', or 'locality' with relabel=True")
     params = partition_params(
-        num_parts, method, recursive, balance_train, balance_edges, relabel, seed
+        num_parts, method, recursive, balance_train, balance_edges, relabel, seed, order
     )
     dataset_fp = fingerprint or data_fingerprint(data)
     fp = partition_fingerprint(dataset_fp, **params)
@@ -413,7 +452,8 @@ def partition_graph(
         view = _View.of(data)
         kw = dict(recursive=recursive, balance_train=balance_train, balance_edges=balance_edges)
         node_map = _assign(view, num_parts, method, seed=seed, **kw)
-        meta = _write_all(view, node_map, num_parts, relabel, _Writer(tmp))
+        key = _locality(view, node_map, seed) if order == "locality" else {}
+        meta = _write_all(view, node_map, num_parts, relabel, _Writer(tmp), key)
         meta.update(
             format_version=FORMAT_VERSION,
             fingerprint=fp,
@@ -433,16 +473,22 @@ def partition_graph(
 
 
 def _write_all(
-    view: _View, node_map: dict[NodeKey, Tensor], num_parts: int, relabel: bool, out: _Writer
+    view: _View,
+    node_map: dict[NodeKey, Tensor],
+    num_parts: int,
+    relabel: bool,
+    out: _Writer,
+    key: dict[NodeKey, Tensor],
 ) -> dict[str, Any]:
-    """Write maps and every part; return META.json's content (minus run-level keys)."""
+    """Write maps and every part; return META.json's content (minus run-level keys).
+    `key`: per node type, what relabelling numbers a part's nodes by first (see `_relabel`)."""
     hetero = view.is_hetero
     orig_id: dict[NodeKey, Tensor] = {}
     bounds: dict[NodeKey, list[int]] = {}
     if relabel:
         new_id = {}
         for t, parts in node_map.items():
-            new_id[t], orig_id[t], bounds[t] = _relabel(parts, num_parts)
+            new_id[t], orig_id[t], bounds[t] = _relabel(parts, num_parts, key.get(t))
             node_map[t] = parts[orig_id[t]]
         out.save_typed("orig_id", orig_id, hetero)
         out.save_typed("new_id", new_id, hetero)

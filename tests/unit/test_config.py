@@ -64,6 +64,8 @@ def test_groups_switch(compose):
         ("model.name=transformer", "model.name='transformer'"),
         ("sampler.num_neighbors=[5,0,2]", "positive"),
         ("cluster.mode=ssh", "cluster.ip_config"),
+        ("partition.order=bfs", "partition.order='bfs'.*original, locality"),
+        ("partition.order=locality", "partition.order='locality'.*partition.relabel=true"),
     ],
 )
 def test_cross_field_errors(compose, override, match):

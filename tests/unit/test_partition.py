@@ -20,6 +20,7 @@ from app.partition import (
     load_partition_book,
     read_meta,
 )
+from app.partition.order import locality_key
 from app.partition.writer import partition_graph, stats_for_logging
 
 SPLITS = ("train", "val", "test")
@@ -210,6 +211,61 @@ def test_temporal_neighbours_sorted_by_source_time(tmp_path):
     t = data.time[g["row"]]
     same_col = g["col"][1:] == g["col"][:-1]
     assert bool((t[1:][same_col] >= t[:-1][same_col]).all())
+
+
+# ---------------------------------------------------------------- locality order
+
+
+def test_locality_key_finds_communities_within_parts_and_caps_them():
+    """Cliques with shuffled ids: each clique inside one part gets one label of its own; a
+    clique split between parts gets one label per side (labels never cross parts); no
+    community grows past `max_size`."""
+    sizes, perm = [20] * 5 + [30], torch.randperm(130, generator=torch.Generator().manual_seed(1))
+    clique = torch.repeat_interleave(torch.arange(6), torch.tensor(sizes))
+    pairs = [(i, j) for i in range(130) for j in range(130) if i < j and clique[i] == clique[j]]
+    edge_index = perm[torch.tensor(pairs).t()]
+    side = torch.where(clique < 3, 0, 1)
+    side[torch.arange(130)[clique == 5][:15]] = 0  # the last clique is cut in two
+    parts = torch.empty(130, dtype=torch.long)
+    parts[perm] = side
+    label = locality_key(edge_index, parts, seed=0)[perm]  # by clique position
+    groups = {(int(c), int(s)) for c, s in zip(clique, side, strict=True)}
+    assert len(groups) == 7
+    for c, s in groups:
+        members = label[(clique == c) & (side == s)]
+        assert bool((members == members[0]).all()), (c, s)
+    assert label.unique().numel() == 7
+    capped = locality_key(edge_index, parts, seed=0, max_size=8)
+    assert int(torch.bincount(capped).max()) <= 8
+
+
+def _mean_id_gap(parts: list) -> float:
+    """Mean |source id - destination id| over the edges inside each part."""
+    gaps = []
+    for part in parts:
+        row, col = part.graph["row"].long(), part.graph["col"].long()
+        inside = part.node_map[row] == part.index
+        gaps.append((row - col)[inside].abs().float())
+    return float(torch.cat(gaps).mean())
+
+
+def test_locality_order_numbers_communities_together(tmp_path):
+    """order="locality" writes a valid relabelled partition (every invariant of the original
+    order holds) whose intra-part edges join much closer ids: the graph's communities
+    interleave in id order (node i is in community i % 8) and come out as blocks."""
+    data = community_graph(n=800, e=8000, k=8)
+    gap = {}
+    for order in ("original", "locality"):
+        partition_graph(data, tmp_path / order, 2, relabel=True, order=order)
+        gap[order] = _mean_id_gap(check_homo(data, tmp_path / order, 2))
+    assert gap["locality"] < 0.5 * gap["original"], gap
+    with pytest.raises(ValueError, match="order='locality'"):
+        partition_graph(data, tmp_path / "bad", 2, order="locality")
+
+
+def test_locality_order_hetero(tmp_path):
+    partition_graph(mag_graph(), tmp_path / "p", 2, relabel=True, order="locality")
+    check_hetero(mag_graph(), tmp_path / "p", 2)
 
 
 # ---------------------------------------------------------------- books
@@ -462,6 +518,9 @@ def test_ensure_partition_reuses_without_loading(tmp_path, monkeypatch):
     assert stats["partition/num_parts"] == 2.0
     relabel = to_config({**_cfg_dict(tmp_path), "partition": {"relabel": True}})
     assert task.partition_root(relabel).name.endswith("-p2-relabel")
+    local = to_config({**_cfg_dict(tmp_path), "partition": {"relabel": True, "order": "locality"}})
+    assert task.partition_root(local).name.endswith("-p2-relabel-locality")
+    assert task.config_fingerprint(local) != task.config_fingerprint(relabel)
 
 
 def _cfg_dict(tmp_path) -> dict:
