@@ -15,6 +15,7 @@ from app.launch.plan import (
     Ports,
     SshPlan,
     free_ports,
+    huge_heap_tunables,
     plan_job,
     plan_ports,
     read_ip_config,
@@ -48,10 +49,19 @@ def test_local_plan_ranks_names_and_env(compose, tmp_path):
         assert p.env["OMP_NUM_THREADS"] == "1"  # 8 cores / 8 processes
         assert p.env["PYTHONUNBUFFERED"] == "1"
         assert p.env["THP_MEM_ALLOC_ENABLE"] == os.environ.get("THP_MEM_ALLOC_ENABLE", "1")
+        assert "glibc.malloc.hugetlb=" in p.env["GLIBC_TUNABLES"]
         assert p.env["GLOO_SOCKET_IFNAME"] == p.env["TP_SOCKET_IFNAME"] != ""  # loopback only
         assert p.env["DISTGNN_MLFLOW_PARENT_RUN_ID"] == "abc"
         assert p.runtime.config_path == str((tmp_path / "job" / "config.yaml").resolve())
         assert p.runtime.partition_root == str((tmp_path / "parts").resolve())
+
+
+def test_huge_heap_tunable_keeps_the_users_tunables():
+    assert huge_heap_tunables("") == "glibc.malloc.hugetlb=1"
+    assert huge_heap_tunables("glibc.malloc.arena_max=2") == (
+        "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
+    )
+    assert huge_heap_tunables("glibc.malloc.hugetlb=0") == "glibc.malloc.hugetlb=0"
 
 
 def test_threads_per_process_at_least_one(compose, tmp_path):
