@@ -8,7 +8,8 @@ something), then evaluated on val + test:
 
 * single process: `evaluate_layerwise(model, local_view(data), train.eval_chunk_size)` vs a
   `NeighborLoader` with the experiment's fan-out ([10, 5], `loader.eval_batch_size` seeds);
-* `parts` partitions (METIS), one trainer process each over real RPC + gloo on 127.0.0.1:
+* `parts` partitions (METIS, relabelled and ordered as the experiment says), one trainer
+  process each over real RPC + gloo on 127.0.0.1:
   `partition_view` + `evaluate_layerwise` vs `DistNeighborLoader` (sampling in the trainer).
 
 Every measurement runs in fresh processes, so each peak RSS (`ru_maxrss`, the largest process
@@ -271,7 +272,10 @@ def main(num_nodes: int = 200_000, steps: int = 60, parts: int = 2) -> None:
             local[mode] = torch.load(result, weights_only=True)
         _report("1proc", local)
         if parts > 1:
-            partition_graph(_data(cfg), out / "part", parts, method="metis")
+            p = cfg.partition  # as the experiment partitions (products_homo: locality order)
+            partition_graph(
+                _data(cfg), out / "part", parts, method="metis", relabel=p.relabel, order=p.order
+            )
             dist = {}
             for mode in ("layerwise", "sampled"):
                 result = str(out / f"dist_{mode}.pt")
