@@ -26,7 +26,14 @@ SWEEPS = 3  # label propagation passes (most nodes settle in the first two)
 
 
 @numba.njit(cache=True)
-def _propagate(xadj, adjncy, part, visit, max_size, sweeps):  # noqa: ANN001, ANN202
+def _propagate(
+    xadj: np.ndarray,
+    adjncy: np.ndarray,
+    part: np.ndarray,
+    visit: np.ndarray,
+    max_size: int,
+    sweeps: int,
+) -> np.ndarray:
     """Community label (a node id) of every node; see the module docstring."""
     n = part.size
     label = np.arange(n)

@@ -51,7 +51,8 @@ def config_fingerprint(cfg: Config, dataset_fp: str | None = None) -> str:
 
 
 def partition_root(cfg: Config, fingerprint: str | None = None) -> Path:
-    """`cfg.partition.root`, or `<output_dir>/partitions/<dataset>-<fp>-<method>-p<P>[-relabel][-locality]`.
+    """`cfg.partition.root`, or `<output_dir>/partitions/<dataset>-<fp>-<method>-p<P>` plus
+    `-relabel` and `-locality` when set.
 
     `<fp>` is the partition fingerprint (dataset fingerprint + every partition parameter), so
     changing any of them selects another folder instead of clashing with the existing one.

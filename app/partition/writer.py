@@ -247,13 +247,14 @@ def _per_type(view: _View, values: Tensor, offsets: dict[NodeKey, int]) -> dict[
 def _assign(view: _View, num_parts: int, method: str, **kw: Any) -> dict[NodeKey, Tensor]:
     """node -> part per node type, from one assignment of the homogeneous view."""
     edge_index, offsets, total = _homogeneous(view)
-    train = view.node_attr(None, "train_mask") if not view.is_hetero else None
     if view.is_hetero:
         train = torch.zeros(total, dtype=torch.bool)
         for t, off in offsets.items():
             mask = view.node_attr(t, "train_mask")
             if mask is not None:
                 train[off : off + view.num_nodes[t]] = mask
+    else:
+        train = view.node_attr(None, "train_mask")
     parts = assign_nodes(edge_index, total, num_parts, method, train_mask=train, **kw)
     return _per_type(view, parts, offsets)
 
