@@ -264,8 +264,21 @@ def test_locality_order_numbers_communities_together(tmp_path):
 
 
 def test_locality_order_hetero(tmp_path):
-    partition_graph(mag_graph(), tmp_path / "p", 2, relabel=True, order="locality")
-    check_hetero(mag_graph(), tmp_path / "p", 2)
+    """Every node type is renumbered by its communities (the same parts, another order), and
+    the partition keeps every invariant."""
+    orig, bounds = {}, {}
+    for order in ("original", "locality"):
+        partition_graph(mag_graph(), tmp_path / order, 2, relabel=True, order=order)
+        check_hetero(mag_graph(), tmp_path / order, 2)
+        orig[order] = load_partition(tmp_path / order, 0).orig_id
+        bounds[order] = read_meta(tmp_path / order)["node_bounds"]
+    assert bounds["original"] == bounds["locality"]
+    for t in ("paper", "author"):
+        a, b = orig["original"][t], orig["locality"][t]
+        assert not torch.equal(a, b), t
+        for lo, hi in zip(bounds["original"][t][:-1], bounds["original"][t][1:], strict=True):
+            same = torch.equal(torch.sort(a[lo:hi]).values, torch.sort(b[lo:hi]).values)
+            assert same, (t, lo, hi)  # each part holds the same nodes
 
 
 # ---------------------------------------------------------------- books
