@@ -1,6 +1,7 @@
 """Step 2 of the data path: cut the graph into one part per cluster node, and load a part back.
 
 - `assign`: node → part (METIS via pymetis, or seeded random).
+- `order`: the locality order of a part's nodes (`partition.order=locality`, with relabelling).
 - `stream`: `partition.method=stream`, the same layout from a chunked on-disk graph
   (`app.dataset.chunked`) under `partition.memory_budget_gb`, for graphs too big for METIS.
 - `writer`: `partition_graph` writes PyG's `Partitioner` layout (+ checksums, seeds, CSC
