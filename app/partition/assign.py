@@ -138,12 +138,15 @@ def assign_nodes(
     balance_train: bool = True,
     balance_edges: bool = True,
     seed: int = 0,
+    csr: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Tensor:
     """Part of every node: int64 [num_nodes] with values in [0, num_parts).
 
     Args:
         edge_index: int64 [2, E] directed edges (row = source, col = destination).
         train_mask: optional bool [N]; with `balance_train` training nodes are balanced too.
+        csr: `symmetric_csr(edge_index, num_nodes)` when the caller built it already (METIS
+            reads it; built here otherwise).
     """
     if method not in METHODS:
         raise ValueError(f"partition.method={method!r}: expected one of {', '.join(METHODS)}")
@@ -157,7 +160,7 @@ def assign_nodes(
         return random_assign(num_nodes, num_parts, seed)
     with tqdm(total=2, desc="METIS: adjacency", unit="step", disable=None) as bar:
         weights = vertex_weights(num_nodes, edge_index[1], train_mask, balance_train, balance_edges)
-        xadj, adjncy = symmetric_csr(edge_index, num_nodes)
+        xadj, adjncy = csr if csr is not None else symmetric_csr(edge_index, num_nodes)
         log.info("METIS: %d vertices, %d undirected edges", num_nodes, len(adjncy) // 2)
         bar.update()
         bar.set_description(f"METIS: {num_parts} parts")

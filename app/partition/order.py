@@ -19,8 +19,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from app.partition.assign import symmetric_csr
-
 MAX_SIZE = 2048  # nodes per community: 800 kB of 100 float32 features, about an L2 cache
 SWEEPS = 3  # label propagation passes (most nodes settle in the first two)
 
@@ -71,14 +69,20 @@ def _propagate(
 
 
 def locality_key(
-    edge_index: Tensor, parts: Tensor, seed: int, max_size: int = MAX_SIZE, sweeps: int = SWEEPS
+    csr: tuple[np.ndarray, np.ndarray],
+    parts: Tensor,
+    seed: int,
+    max_size: int = MAX_SIZE,
+    sweeps: int = SWEEPS,
 ) -> Tensor:
     """int64 [N] community of every node (see the module docstring): numbering the nodes of a
-    part by (key, id) puts each community's nodes next to each other."""
+    part by (key, id) puts each community's nodes next to each other. `csr`: the graph's
+    undirected adjacency, `(xadj, adjncy)` from `app.partition.assign.symmetric_csr` (the one
+    METIS reads)."""
     n = parts.numel()
     if n == 0:
         return torch.empty(0, dtype=torch.long)
-    xadj, adjncy = symmetric_csr(edge_index, n)
+    xadj, adjncy = csr
     visit = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).numpy()
     label = _propagate(xadj, adjncy, parts.numpy(), visit, max_size, sweeps)
     return torch.from_numpy(label)

@@ -78,7 +78,7 @@ from torch_geometric.data import HeteroData
 from tqdm import tqdm
 
 from app.fsutil import pid_alive
-from app.partition.assign import assign_nodes
+from app.partition.assign import assign_nodes, symmetric_csr
 from app.partition.order import locality_key
 from app.partition.reader import (
     FORMAT_VERSION,
@@ -244,9 +244,16 @@ def _per_type(view: _View, values: Tensor, offsets: dict[NodeKey, int]) -> dict[
     return {t: values[off : off + view.num_nodes[t]].clone() for t, off in offsets.items()}
 
 
-def _assign(view: _View, num_parts: int, method: str, **kw: Any) -> dict[NodeKey, Tensor]:
-    """node -> part per node type, from one assignment of the homogeneous view."""
-    edge_index, offsets, total = _homogeneous(view)
+def _assign(
+    view: _View,
+    flat: tuple[Tensor, dict[NodeKey, int], int],
+    num_parts: int,
+    method: str,
+    **kw: Any,
+) -> dict[NodeKey, Tensor]:
+    """node -> part per node type, from one assignment of the homogeneous view (`flat`:
+    `_homogeneous(view)`)."""
+    edge_index, offsets, total = flat
     if view.is_hetero:
         train = torch.zeros(total, dtype=torch.bool)
         for t, off in offsets.items():
@@ -259,12 +266,18 @@ def _assign(view: _View, num_parts: int, method: str, **kw: Any) -> dict[NodeKey
     return _per_type(view, parts, offsets)
 
 
-def _locality(view: _View, node_map: dict[NodeKey, Tensor], seed: int) -> dict[NodeKey, Tensor]:
-    """The `app.partition.order` community of every node, per node type."""
+def _locality(
+    view: _View,
+    node_map: dict[NodeKey, Tensor],
+    offsets: dict[NodeKey, int],
+    csr: tuple[np.ndarray, np.ndarray],
+    seed: int,
+) -> dict[NodeKey, Tensor]:
+    """The `app.partition.order` community of every node, per node type (`csr`: the
+    homogeneous view's undirected adjacency, node types at `offsets`)."""
     start = time.perf_counter()
-    edge_index, offsets, _ = _homogeneous(view)
     parts = torch.cat([node_map[t] for t in offsets])
-    key = locality_key(edge_index, parts, seed)
+    key = locality_key(csr, parts, seed)
     log.info(
         "locality order: %d communities (label propagation, %.1f s)",
         int(torch.unique(key).numel()),
@@ -452,8 +465,12 @@ def partition_graph(
     try:
         view = _View.of(data)
         kw = dict(recursive=recursive, balance_train=balance_train, balance_edges=balance_edges)
-        node_map = _assign(view, num_parts, method, seed=seed, **kw)
-        key = _locality(view, node_map, seed) if order == "locality" else {}
+        flat = _homogeneous(view)
+        # the locality order's adjacency; METIS reads the same one instead of building its own
+        csr = symmetric_csr(flat[0], flat[2]) if order == "locality" else None
+        node_map = _assign(view, flat, num_parts, method, seed=seed, csr=csr, **kw)
+        key = {} if csr is None else _locality(view, node_map, flat[1], csr, seed)
+        del flat, csr
         meta = _write_all(view, node_map, num_parts, relabel, _Writer(tmp), key)
         meta.update(
             format_version=FORMAT_VERSION,

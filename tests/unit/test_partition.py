@@ -20,6 +20,7 @@ from app.partition import (
     load_partition_book,
     read_meta,
 )
+from app.partition.assign import symmetric_csr
 from app.partition.order import locality_key
 from app.partition.writer import partition_graph, stats_for_logging
 
@@ -228,14 +229,15 @@ def test_locality_key_finds_communities_within_parts_and_caps_them():
     side[torch.arange(130)[clique == 5][:15]] = 0  # the last clique is cut in two
     parts = torch.empty(130, dtype=torch.long)
     parts[perm] = side
-    label = locality_key(edge_index, parts, seed=0)[perm]  # by clique position
+    csr = symmetric_csr(edge_index, 130)
+    label = locality_key(csr, parts, seed=0)[perm]  # by clique position
     groups = {(int(c), int(s)) for c, s in zip(clique, side, strict=True)}
     assert len(groups) == 7
     for c, s in groups:
         members = label[(clique == c) & (side == s)]
         assert bool((members == members[0]).all()), (c, s)
     assert label.unique().numel() == 7
-    capped = locality_key(edge_index, parts, seed=0, max_size=8)
+    capped = locality_key(csr, parts, seed=0, max_size=8)
     assert int(torch.bincount(capped).max()) <= 8
 
 
