@@ -264,7 +264,11 @@ class DistLoader:
             self._warming.pop().wait()
         limit = self.concurrency if self.async_sampling else 1
         while len(window) < limit and (nxt := next(todo, None)) is not None:
-            window.append(self._send(nxt[1], derive_seed(self.seed, epoch, nxt[0])))
+            window.append(self._request(nxt, epoch))
+
+    def _request(self, item: tuple[int, Tensor], epoch: int) -> Any:
+        """Request batch `item` = (its position in `epoch`, its input indices), seeded by both."""
+        return self._send(item[1], derive_seed(self.seed, epoch, item[0]))
 
     def _send(self, index: Tensor, seed: int) -> Any:
         """Request a batch (`_submit`): from the sender thread when sampler processes make it,
@@ -297,10 +301,10 @@ class DistLoader:
                 out = self._finish(self._attach(window.popleft()))
                 nxt = next(todo, None)
                 if nxt is not None and self.async_sampling:  # next batch samples meanwhile
-                    window.append(self._send(nxt[1], derive_seed(self.seed, epoch, nxt[0])))
+                    window.append(self._request(nxt, epoch))
                 yield out
                 if nxt is not None and not self.async_sampling:  # sampled when asked for
-                    window.append(self._send(nxt[1], derive_seed(self.seed, epoch, nxt[0])))
+                    window.append(self._request(nxt, epoch))
         except GeneratorExit:  # left early (break): errors propagate at once, undrained
             self._drain(window)
             raise
