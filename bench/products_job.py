@@ -27,6 +27,11 @@ shared file pages twice, are in the JSON as `peak_node_rss_gb_*`), `test_acc`.
 With `--repeat=N` the job runs N times, one after the other, and every record is the median
 over the runs (ratios: the median of the per-run ratios); the printed JSON has every run.
 `make bench-products` runs it three times: one run spreads by about ±20 % on this machine.
+
+Then the job runs N more times with `train.epochs=2`, for an evaluation in steady state (the
+second: its plan made, its buffers kept by `train.eval_keep_buffers`): `second_eval_time_s`
+(ratio: ÷ its epoch) and `second_epoch_peak_node_gb` (the second epoch's training peak, which
+holds those buffers; ratio: ÷ the first epoch's).
 """
 
 from __future__ import annotations
@@ -277,6 +282,12 @@ def main() -> None:
     record(BENCH, "peak_node_gb_eval", m["peak_node_gb_eval"], "GiB", "training peak",
            m["peak_eval_over_train"])  # fmt: skip
     record(BENCH, "test_acc", m["test_acc"], "acc", scale)
+    later = summarize([measure(nodes, [*extra, "train.epochs=2"]) for _ in range(repeat)])
+    print(json.dumps({"second_epoch_median": later}, indent=1), flush=True)
+    record(BENCH, "second_eval_time_s", later["eval_time_s"], "s", "its training epoch",
+           later["eval_over_epoch"])  # fmt: skip
+    record(BENCH, "second_epoch_peak_node_gb", later["peak_node_gb_train"], "GiB",
+           "first epoch's peak", later["peak_node_gb_train"] / m["peak_node_gb_train"])  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -192,6 +192,40 @@ def _shard(table: Any) -> Tensor:
     return table.local if table.local is not None else torch.empty(0, table.shape[1])
 
 
+class _Buffers:
+    """Where a layer-wise pass gets its float buffers (`empty`), and what happens to them when
+    the pass ends (`release`: `NodeRows.close`).
+
+    `keep=True` (`train.eval_keep_buffers`; one instance lives in the view's cache): released
+    buffers are kept and the next pass takes them back by shape, so from the second evaluation
+    on a pass touches no fresh memory. Memory a process touches for the first time costs the
+    kernel more than the pass's own work on it here (zeroing and mapping huge pages, ~2 us per
+    KB on this VM's two busy cores: products' ~0.8 GB a trainer, ~1.7 s). The price: training
+    holds them too, and a pass holds each buffer it took until it ends (two-layer models:
+    what they hold at their peak anyway). `keep=False`: plain allocations, freed with their
+    last reference."""
+
+    def __init__(self, keep: bool) -> None:
+        self.keep = keep
+        self.free: dict[tuple[Any, ...], list[Tensor]] = {}
+        self.lent: list[Tensor] = []
+
+    def empty(self, *shape: int, dtype: torch.dtype = torch.float32) -> Tensor:
+        """An uninitialised tensor of `shape`."""
+        if not self.keep:
+            return torch.empty(shape, dtype=dtype)
+        kept = self.free.get((*shape, dtype))
+        buf = kept.pop() if kept else torch.empty(shape, dtype=dtype)
+        self.lent.append(buf)
+        return buf
+
+    def release(self) -> None:
+        """The pass is over: what it took can be taken again (kept buffers only)."""
+        for buf in self.lent:
+            self.free.setdefault((*buf.shape, buf.dtype), []).append(buf)
+        self.lent = []
+
+
 @dataclass
 class _Table:
     """A layer's output table, whose shard is the head of `buf` (rows held here are written in
@@ -244,24 +278,21 @@ class _Projections:
         else:
             self.table[ids] = h @ w_neigh.t()
 
-    def read(self, fetch: Tensor, spare: Tensor | None) -> tuple[Tensor, Tensor | SplitRows]:
+    def read(
+        self, fetch: Tensor, spare: Tensor | None, buffers: _Buffers
+    ) -> tuple[Tensor, Tensor | SplitRows]:
         """The next layer's rows, once every rank has published its own (after the barrier):
         the halo's go to `spare` (memory the last layer is done with) when it is big enough."""
         if not fetch.numel():
             return self.root, self.neigh
-        halo = _reuse(spare, (fetch.numel(), self.neigh.size(1)))
+        shape = (fetch.numel(), self.neigh.size(1))
+        size = shape[0] * shape[1]
+        if spare is None or spare.dtype != torch.float32 or spare.numel() < size:
+            halo = buffers.empty(*shape)
+        else:  # products' layer 1: a 148 MB halo in layer 0's 308 MB, no fresh memory
+            halo = spare.view(-1)[:size].view(shape)
         self.table.read(fetch, out=halo)
         return self.root, SplitRows(self.neigh, halo) if self.held else halo
-
-
-def _reuse(spare: Tensor | None, shape: tuple[int, int]) -> Tensor:
-    """A `shape` float tensor in `spare`'s memory if it fits, else a new one. Memory a process
-    touches for the first time costs the kernel ~0.5-1.3 us per KB here (zeroing, faults): the
-    halo of products' layer 1 (148 MB) costs 0.1-0.2 s fresh and nothing in layer 0's halo."""
-    size = shape[0] * shape[1]
-    if spare is None or spare.dtype != torch.float32 or spare.numel() < size:
-        return torch.empty(shape)
-    return spare.view(-1)[:size].view(shape)
 
 
 def _project(h: Tensor, w: Tensor, buf: Tensor, lead: Tensor, first: int | None) -> None:
@@ -275,7 +306,9 @@ def _project(h: Tensor, w: Tensor, buf: Tensor, lead: Tensor, first: int | None)
 class _Run:
     """One layer-wise pass of `net` over `view` (see the module docstring)."""
 
-    def __init__(self, model: nn.Module, view: GraphView, chunk_size: int) -> None:
+    def __init__(
+        self, model: nn.Module, view: GraphView, chunk_size: int, keep_buffers: bool = False
+    ) -> None:
         if chunk_size <= 0:
             raise ValueError(f"chunk_size={chunk_size}: must be > 0 (train.eval_chunk_size)")
         net, embeddings = _network(model)
@@ -289,6 +322,9 @@ class _Run:
         if missing:
             raise ValueError(f"node types {missing} have neither features nor embeddings")
         self.plan = _plan(view)
+        self.buffers = _Buffers(False)  # this pass's own, or the view's kept ones
+        if keep_buffers:
+            self.buffers = view.cache.setdefault("buffers", _Buffers(True))
 
     def _read(self, table: Any, ntype: str, buf: Tensor | None = None) -> Tensor | SplitRows:
         """The layer rows of `table` (see `_ReadPlan`): its local rows, then the fetched ones.
@@ -303,7 +339,8 @@ class _Run:
         if not fetch.numel():
             return local
         if buf is None:
-            fetched = table.read(fetch)
+            shape = (fetch.numel(), *table.shape[1:])
+            fetched = table.read(fetch, out=self.buffers.empty(*shape, dtype=table.dtype))
             return SplitRows(local, fetched) if local.size(0) else fetched
         table.read(fetch, out=buf[self.plan.local[ntype] :])
         return buf
@@ -320,8 +357,8 @@ class _Run:
         w_root, w_neigh = weights
         local, fetch, n = _shard(table), self.plan.fetch[ntype], self.plan.local[ntype]
         source = local if n else whole(self._read(table, ntype))
-        root = source @ w_root.t()
-        neigh = torch.empty(n + fetch.numel(), w_neigh.size(0))
+        root = torch.matmul(source, w_root.t(), out=self.buffers.empty(len(source), len(w_root)))
+        neigh = self.buffers.empty(n + fetch.numel(), w_neigh.size(0))
         torch.matmul(local, w_neigh.t(), out=neigh[:n])
         del source
         backend = self.view.backend
@@ -343,18 +380,19 @@ class _Run:
             w_root, w_neigh = nxt
             # root: at the targets' positions, and big enough to be the next layer's buffer
             roots = held + fetch if not held or self._reads_after(layer + 1) else held
-            neigh = torch.empty(held, w_neigh.size(0))
+            neigh = self.buffers.empty(held, w_neigh.size(0))
             table = backend.new_table(name + "/projected", ntype, num_rows, neigh[:held])
-            scratch = torch.empty(min(self.chunk, self.view.mine[ntype].numel()), w_root.size(1))
-            return _Projections(
-                nxt, torch.empty(roots, w_root.size(0)), neigh, table, held, scratch
+            scratch = self.buffers.empty(
+                min(self.chunk, len(self.view.mine[ntype])), w_root.size(1)
             )
+            root = self.buffers.empty(roots, w_root.size(0))
+            return _Projections(nxt, root, neigh, table, held, scratch)
         if isinstance(prev, _Projections):
             buf = prev.root
         else:  # a layer reading projections writes their (padded) width
             weights = self.typed.projection(layer)
             width = self.net.inference_width(layer) if weights is None else weights[0].size(0)
-            buf = torch.empty(held + (fetch if reads_next else 0), width)
+            buf = self.buffers.empty(held + (fetch if reads_next else 0), width)
         return _Table(backend.new_table(name, ntype, num_rows, buf[:held]), buf, held)
 
     def _reads_after(self, layer: int) -> bool:
@@ -386,7 +424,7 @@ class _Run:
         for t in used:
             source = prev[t]
             if isinstance(source, _Projections):
-                rows[t] = source.read(self.plan.fetch[t], spare.get(t))
+                rows[t] = source.read(self.plan.fetch[t], spare.get(t), self.buffers)
             elif isinstance(source, _Table):
                 rows[t] = self._read(source.table, t, source.buf)
             elif weights is not None:  # inputs read as projections (layer 0 narrows)
@@ -421,7 +459,7 @@ class _Run:
             self._drop(made)
             made, prev = [s.table for s in sinks.values()], sinks
         width = self.net.inference_width(self.net.num_inference_layers - 1)
-        return NodeRows(view, {t: s.table for t, s in prev.items()}, width)
+        return NodeRows(view, {t: s.table for t, s in prev.items()}, width, self.buffers)
 
     def _drop(self, tables: list[Any]) -> None:
         """Release `tables` (no reference is left behind here: their buffers can go)."""
@@ -476,8 +514,10 @@ class NodeRows:
     The tables may hold zero columns past the layer's `width` (`_padded`); rows come without.
     """
 
-    def __init__(self, view: GraphView, tables: dict[str, Any], width: int) -> None:
-        self.view, self.tables, self.width = view, tables, width
+    def __init__(
+        self, view: GraphView, tables: dict[str, Any], width: int, buffers: _Buffers
+    ) -> None:
+        self.view, self.tables, self.width, self.buffers = view, tables, width, buffers
 
     def rows(self, ids: Tensor, ntype: str | None = None) -> Tensor:
         ntype = ntype or self.view.target
@@ -494,18 +534,23 @@ class NodeRows:
         for table in self.tables.values():
             self.view.backend.drop(table)
         self.tables = {}
+        self.buffers.release()  # the next pass may write them: read nothing from them now
 
 
 @torch.no_grad()
-def layerwise_embeddings(model: nn.Module, view: GraphView, chunk_size: int) -> NodeRows:
+def layerwise_embeddings(
+    model: nn.Module, view: GraphView, chunk_size: int, keep_buffers: bool = False
+) -> NodeRows:
     """Last-layer rows of every node, computed layer-wise (collective; `close()` the result).
 
     For link prediction: score any pairs from `rows(ids, ntype)` with the model's decoder.
+    `keep_buffers`: the view keeps the pass's buffers for the next one (see `_Buffers`); the
+    rows are then valid until the next pass over the view.
     """
     was_training = _bare(model).training
     _bare(model).eval()
     try:
-        return _Run(model, view, chunk_size).run()
+        return _Run(model, view, chunk_size, keep_buffers).run()
     finally:
         _bare(model).train(was_training)
 
@@ -517,11 +562,12 @@ def layerwise_link_scores(
     chunk_size: int,
     pairs: Tensor,
     edge_type: EdgeType | None = None,
+    keep_buffers: bool = False,
 ) -> Tensor:
     """`model.score(z[src], z[dst])` of this rank's `pairs` [2, P] (global ids) from layer-wise
     embeddings (`edge_type` names the source/destination node types of a heterogeneous model;
     collective: every rank calls it, with its own pairs, possibly none)."""
-    rows = layerwise_embeddings(model, view, chunk_size)
+    rows = layerwise_embeddings(model, view, chunk_size, keep_buffers)
     try:
         src_type, dst_type = (edge_type[0], edge_type[-1]) if edge_type else (None, None)
         z_src, z_dst = rows.rows(pairs[0], src_type), rows.rows(pairs[1], dst_type)
@@ -530,29 +576,45 @@ def layerwise_link_scores(
         rows.close()
 
 
+def _own_rows(rows: NodeRows, view: GraphView) -> Tensor:
+    """The rows of this process's targets, `view.mine[view.target]`."""
+    shard = rows.shard(view.target)
+    if range_start(_plan(view).mine_pos[view.target]) == 0 and shard.size(0) == len(
+        view.mine[view.target]
+    ):
+        return shard  # this process holds exactly its targets' rows, in order: no copy
+    return rows.rows(view.mine[view.target])
+
+
 @torch.no_grad()
-def layerwise_logits(model: nn.Module, view: GraphView, chunk_size: int) -> Tensor:
+def layerwise_logits(
+    model: nn.Module, view: GraphView, chunk_size: int, keep_buffers: bool = False
+) -> Tensor:
     """Last-layer output of every node in `view.mine[view.target]`, computed layer-wise.
 
     Collective when distributed: every trainer must call it (the same number of times).
     """
-    rows = layerwise_embeddings(model, view, chunk_size)
+    rows = layerwise_embeddings(model, view, chunk_size, keep_buffers)
     try:
-        shard = rows.shard(view.target)
-        if range_start(_plan(view).mine_pos[view.target]) == 0 and shard.size(0) == len(
-            view.mine[view.target]
-        ):
-            return shard  # this process holds exactly its targets' rows, in order: no copy
-        return rows.rows(view.mine[view.target])
+        logits = _own_rows(rows, view)
+        return logits.clone() if keep_buffers else logits  # a kept buffer is written again
     finally:
         rows.close()
 
 
 def evaluate_layerwise(
-    model: nn.Module, view: GraphView, chunk_size: int, splits: tuple[str, ...] = ("val", "test")
+    model: nn.Module,
+    view: GraphView,
+    chunk_size: int,
+    splits: tuple[str, ...] = ("val", "test"),
+    keep_buffers: bool = False,
 ) -> dict[str, float]:
     """`{"<split>_acc": ...}` over all ranks from layer-wise logits (collective, like above)."""
-    right = layerwise_logits(model, view, chunk_size).argmax(dim=-1) == view.labels
+    rows = layerwise_embeddings(model, view, chunk_size, keep_buffers)
+    try:
+        right = _own_rows(rows, view).argmax(dim=-1) == view.labels
+    finally:
+        rows.close()
     mine, flags = view.mine[view.target], torch.zeros(view.num_nodes[view.target], dtype=torch.bool)
     counts = torch.zeros(2 * len(splits), dtype=torch.float64)
     for i, split in enumerate(splits):

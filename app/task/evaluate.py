@@ -49,9 +49,10 @@ def layerwise_evaluator(task: Any, splits: tuple[str, ...]) -> dict[str, float]:
     from app.inference import evaluate_layerwise, layerwise_embeddings
 
     view, chunk = task.source.inference_view(), task.cfg.train.eval_chunk_size
+    keep = task.cfg.train.eval_keep_buffers
     if task.cfg.train.objective == "node":
-        return evaluate_layerwise(task.bare, view, chunk, splits)
-    rows = layerwise_embeddings(task.bare, view, chunk)
+        return evaluate_layerwise(task.bare, view, chunk, splits, keep)
+    rows = layerwise_embeddings(task.bare, view, chunk, keep)
     try:
         out: dict[str, float] = {}
         for split in splits:

@@ -169,6 +169,12 @@ def _check_homo(ctx, spec: dict) -> None:
         _close(got, ref[view.mine[view.target]], f"{kind}, part {ctx.partition_idx}")
         acc = evaluate_layerwise(model, view, CHUNK)
         assert acc == pytest.approx(reference_accuracy(ref, data)), f"{kind}: {acc}"
+    model = homo_model("sage").eval()
+    for step in range(2):  # kept buffers (fetched halo rows too): the second pass writes them again
+        ref = model(data.x, data.edge_index)
+        got = layerwise_logits(model, view, CHUNK, keep_buffers=True)
+        _close(got, ref[view.mine[view.target]], f"kept buffers, pass {step}")
+        torch.nn.init.normal_(model.layers[0].lin_neigh.weight)  # the next pass sees new weights
     torch.manual_seed(14)
     # one layer that narrows (5 -> 4): layer 0 reads the inputs' projections
     narrow = SampledGNN("sage", 5, HIDDEN, CLASSES, 1).eval()
