@@ -547,10 +547,14 @@ def layerwise_embeddings(
     `keep_buffers`: the view keeps the pass's buffers for the next one (see `_Buffers`); the
     rows are then valid until the next pass over the view.
     """
+    run = _Run(model, view, chunk_size, keep_buffers)
     was_training = _bare(model).training
     _bare(model).eval()
     try:
-        return _Run(model, view, chunk_size, keep_buffers).run()
+        return run.run()
+    except BaseException:
+        run.buffers.release()  # a pass that failed leaves no kept buffer lent out
+        raise
     finally:
         _bare(model).train(was_training)
 
