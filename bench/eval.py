@@ -15,8 +15,8 @@ something), then evaluated on val + test:
 Every measurement runs in fresh processes, so each peak RSS (`ru_maxrss`, the largest process
 of the run) belongs to that evaluation mode alone (it includes loading the data / partition).
 Each process evaluates twice, as a training job does once per epoch: `first` includes one-time
-costs (numba kernels loaded, the view and its read plan built), the unprefixed time is the
-second evaluation. `eval_cpu` is the second evaluation's CPU time (all threads, summed over the
+costs (numba kernels loaded, the view and its read plan built, its buffers faulted in), the
+unprefixed time is the second evaluation (buffers kept as `train.eval_keep_buffers` says). `eval_cpu` is the second evaluation's CPU time (all threads, summed over the
 ranks): on a shared machine wall times swing with the other users' load, CPU time far less.
 """
 
@@ -121,7 +121,8 @@ def _local_child(mode: str, out: str, num_nodes: int, model_path: str, result: s
         start, cpu = time.perf_counter(), time.process_time()
         if mode == "layerwise":
             view = view or local_view(data)
-            acc = evaluate_layerwise(model, view, cfg.train.eval_chunk_size)
+            keep = cfg.train.eval_keep_buffers  # as a job evaluates
+            acc = evaluate_layerwise(model, view, cfg.train.eval_chunk_size, keep_buffers=keep)
         else:
             correct, count = _sampled_acc(model, _local_loaders(cfg, data))
             acc = {f"{s}_acc": correct[s] / count[s] for s in correct}
@@ -218,7 +219,8 @@ def _dist_eval(mode: str, cfg, ctx, part, model, view, root: str, port: int) -> 
 
     if mode == "layerwise":
         view = view or partition_view(part, ctx)
-        acc = evaluate_layerwise(model, view, cfg.train.eval_chunk_size)
+        keep = cfg.train.eval_keep_buffers  # as a job evaluates
+        acc = evaluate_layerwise(model, view, cfg.train.eval_chunk_size, keep_buffers=keep)
     else:
         loaders = {
             s: DistNeighborLoader(
