@@ -5,7 +5,8 @@ Held-out edges must not carry messages. `link_split(data, seed)` picks the predi
 pair (5 % val, 5 % test) and returns the message graph without the held-out edges nor their
 reverses. One process trains on that graph directly; a distributed job partitions it
 (`ensure_link_partition`, called by the launcher) and stores the held-out edges in
-`<root>/link_split.pt`. The partition's dataset fingerprint carries the split
+`<root>/link_split.pt`, in the partition's node ids (a relabelled partition's new ids). The
+partition's dataset fingerprint carries the split
 (`<dataset fp>-link<version>-s<seed>`) and its folder ends in `-link`, so it never clashes with
 the node-classification partition of the same dataset.
 """
@@ -20,7 +21,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
-from app.config import Config, ConfigError
+from app.config import Config
 from app.fsutil import torch_save_atomic
 
 log = logging.getLogger("distgnn")
@@ -131,19 +132,11 @@ def link_partition_root(cfg: Config) -> tuple[Path, str, str]:
 
 
 def ensure_link_partition(cfg: Config) -> Path:
-    """Partition of the message graph plus `link_split.pt` (val / test edges); reused if present.
-
-    Raises:
-        ConfigError: `partition.relabel=true` (held-out edges are kept in original ids).
-    """
+    """Partition of the message graph plus `link_split.pt` (val / test edges, in the partition's
+    node ids); reused if present."""
     from app.partition.task import write_partition
     from app.partition.writer import find_existing
 
-    if cfg.partition.relabel:
-        raise ConfigError(
-            "partition.relabel=true: distributed link prediction keeps held-out edges in "
-            "original ids; set partition.relabel=false"
-        )
     root, fp, dataset_fp = link_partition_root(cfg)
     existing = find_existing(root, fp, cfg.partition.overwrite)
     if existing is not None and (root / LINK_SPLIT_FILE).is_file():
@@ -154,9 +147,24 @@ def ensure_link_partition(cfg: Config) -> Path:
     graph, splits = link_split(load_dataset(cfg.dataset, cfg.seed), cfg.seed)
     if existing is None:
         write_partition(cfg, graph, root, dataset_fp)
-    held_out = {"val": splits["val"].contiguous(), "test": splits["test"].contiguous()}
+    edge_type = HETERO_LINK_TYPE if isinstance(graph, HeteroData) else None
+    held_out = {k: partition_ids(root, splits[k], edge_type).contiguous() for k in ("val", "test")}
     torch_save_atomic(held_out, root / LINK_SPLIT_FILE)
     return root
+
+
+def partition_ids(root: Path, edges: Tensor, edge_type: EdgeType | None) -> Tensor:
+    """`edges` [2, E] (original node ids; of `edge_type` on a heterogeneous graph) in the node ids
+    of the partition at `root`: a relabelled partition numbered every node anew (`new_id`)."""
+    from app.partition.reader import map_files, read_meta, torch_load
+
+    meta = read_meta(root)
+    if not meta.get("relabel"):
+        return edges
+    files = map_files(meta, "new_id")
+    ends = (edge_type[0], edge_type[-1]) if meta["is_hetero"] else (None, None)
+    new_src, new_dst = (torch_load(root / files[t]) for t in ends)
+    return torch.stack([new_src[edges[0]], new_dst[edges[1]]])
 
 
 def load_held_out(root: str | Path) -> dict[str, Tensor]:

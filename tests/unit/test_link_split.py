@@ -39,3 +39,33 @@ def test_split_is_deterministic_and_sized():
     num_pairs = len(_pairs(ei))
     assert a["val"].size(1) == int(num_pairs * 0.05) == a["test"].size(1)
     assert not torch.equal(split_edges(ei, seed=2)["val"], a["val"])
+
+
+def test_held_out_edges_follow_a_relabelled_partition(tmp_path):
+    """`partition_ids`: held-out edges (original ids) in a relabelled partition's new ids, so a
+    distributed link job can run on one (locality order included); unchanged without relabel."""
+    from app.partition import load_partition
+    from app.partition.link import HETERO_LINK_TYPE, partition_ids
+    from app.partition.writer import partition_graph
+    from tests.unit.test_model import toy_graph, toy_hetero
+
+    homo, hetero = toy_graph(200), toy_hetero()
+    hetero[HETERO_LINK_TYPE].edge_index = torch.stack(
+        [torch.arange(40) % 120, torch.arange(40) % 7]
+    )
+    hetero["field_of_study"].x = torch.randn(7, hetero["paper"].x.size(1))
+    for data, edge_type in ((homo, None), (hetero, HETERO_LINK_TYPE)):
+        edges = (data.edge_index if edge_type is None else data[edge_type].edge_index)[:, :30]
+        for relabel in (False, True):
+            root = tmp_path / f"{edge_type is not None}-{relabel}"
+            order = "locality" if relabel else "original"
+            partition_graph(data, root, 2, method="random", relabel=relabel, order=order)
+            got = partition_ids(root, edges, edge_type)
+            if not relabel:
+                assert got is edges
+                continue
+            orig = load_partition(root, 0).orig_id  # new id -> original (per type: hetero)
+            src, dst = (
+                (orig, orig) if edge_type is None else (orig[edge_type[0]], orig[edge_type[2]])
+            )
+            assert torch.equal(torch.stack([src[got[0]], dst[got[1]]]), edges)
