@@ -130,8 +130,8 @@ class TrainConfig:
     # forward always evaluate sampled)
     eval_mode: str = "layerwise"
     eval_chunk_size: int = 65536  # target nodes per layer-wise step (bounds its memory)
-    # keep layer-wise evaluation's buffers between evaluations (training holds them too; the
-    # job's peak is unchanged): from the second evaluation on, no fresh memory to fault in
+    # keep layer-wise evaluation's buffers between evaluations (training holds them too; an
+    # evaluation needs them at its peak anyway): from the second on, no fresh memory to fault in
     eval_keep_buffers: bool = True
     max_steps_per_epoch: int = 0  # 0: all batches (>0 caps an epoch, for smoke runs/benches)
     checkpoint: bool = True
