@@ -72,7 +72,7 @@ def _csr_spmm(crow, col, val, h, out):  # pragma: no cover - compiled
 
 PREFETCH_AHEAD = 16  # edges ahead whose source row `_csr_mean` asks the cache for
 LINE_FLOATS = 16  # float32 values per 64-byte cache line
-SUM_EDGES = 4  # source rows `_csr_mean` adds together before adding them to the output row
+SUM_EDGES = 4  # source rows `_csr_mean` sums before adding them to the output (body written for 4)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -83,7 +83,8 @@ def _csr_mean(crow, col, head, tail, out):  # pragma: no cover - compiled
     lie (e.g. memory-mapped features) and only its fetched rows need a buffer. Source rows are
     random reads from large tables: each edge prefetches the row `PREFETCH_AHEAD` edges on.
     `SUM_EDGES` rows are summed before they are added to the output row, which is then loaded
-    and stored a quarter as often (L0 of a products partition: 10 % faster, L1 18 %)."""
+    and stored a quarter as often (a products partition's chunks, one thread: layer 0 1.06 ->
+    0.85 s, layer 1 0.55 -> 0.42 s)."""
     width, n_head = out.shape[1], head.shape[0]
     end = crow[out.shape[0]]
     for i in range(out.shape[0]):
