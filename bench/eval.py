@@ -16,8 +16,9 @@ Every measurement runs in fresh processes, so each peak RSS (`ru_maxrss`, the la
 of the run) belongs to that evaluation mode alone (it includes loading the data / partition).
 Each process evaluates twice, as a training job does once per epoch: `first` includes one-time
 costs (numba kernels loaded, the view and its read plan built, its buffers faulted in), the
-unprefixed time is the second evaluation (buffers kept as `train.eval_keep_buffers` says). `eval_cpu` is the second evaluation's CPU time (all threads, summed over the
-ranks): on a shared machine wall times swing with the other users' load, CPU time far less.
+unprefixed time is the second evaluation (buffers kept as `train.eval_keep_buffers` says).
+`eval_cpu` is the second evaluation's CPU time (all threads, summed over the ranks): on a
+shared machine wall times swing with the other users' load, CPU time far less.
 """
 
 from __future__ import annotations

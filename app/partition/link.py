@@ -156,14 +156,15 @@ def ensure_link_partition(cfg: Config) -> Path:
 def partition_ids(root: Path, edges: Tensor, edge_type: EdgeType | None) -> Tensor:
     """`edges` [2, E] (original node ids; of `edge_type` on a heterogeneous graph) in the node ids
     of the partition at `root`: a relabelled partition numbered every node anew (`new_id`)."""
-    from app.partition.reader import map_files, read_meta, torch_load
+    from app.partition.reader import load_maps, read_meta
 
     meta = read_meta(root)
     if not meta.get("relabel"):
         return edges
-    files = map_files(meta, "new_id")
-    ends = (edge_type[0], edge_type[-1]) if meta["is_hetero"] else (None, None)
-    new_src, new_dst = (torch_load(root / files[t]) for t in ends)
+    new_id = load_maps(root, meta, "new_id")
+    new_src, new_dst = (
+        (new_id[edge_type[0]], new_id[edge_type[-1]]) if meta["is_hetero"] else (new_id, new_id)
+    )
     return torch.stack([new_src[edges[0]], new_dst[edges[1]]])
 
 

@@ -280,7 +280,8 @@ def verify_partition(root: str | Path, expected_num_parts: int | None = None) ->
     return meta
 
 
-def _load_maps(root: Path, meta: dict[str, Any], name: str) -> Any:
+def load_maps(root: Path, meta: dict[str, Any], name: str) -> Any:
+    """A root-level map (see `map_files`): one tensor, or {node type: tensor} when hetero."""
     maps = {t: torch_load(root / rel) for t, rel in map_files(meta, name).items()}
     return maps[None] if not meta["is_hetero"] else maps
 
@@ -333,7 +334,7 @@ def load_partition(
     rel_paths += list(node_time_files(meta).values())
     if verify and not legacy:
         verify_files(root, meta, rel_paths)
-    node_map = _load_maps(root, meta, "node_map")
+    node_map = load_maps(root, meta, "node_map")
     part = f"part_{idx}"
     graph = torch_load(root / part / "graph.pt")
     if legacy:
@@ -349,7 +350,7 @@ def load_partition(
         seeds={} if legacy else torch_load(root / part / "seeds.pt"),
         node_map=node_map,
         book=book_from_meta(meta, node_map),
-        orig_id=_load_maps(root, meta, "orig_id") if meta.get("relabel") else None,
+        orig_id=load_maps(root, meta, "orig_id") if meta.get("relabel") else None,
         node_time=load_node_time(root, meta),
         legacy=legacy,
     )
