@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from app.inference.kernels import mark_ids, row_argmax
 from app.inference.view import EDGE, EdgeType, GraphView
 from app.model.gnn import Block, SplitRows, range_start, whole
 
@@ -151,9 +152,6 @@ class _ReadPlan:
     pos_of: dict[str, Tensor]
 
 
-MARK_PIECE = 1 << 20  # edges whose source is marked at a time by `_plan`
-
-
 def _plan(view: GraphView) -> _ReadPlan:
     """The view's `_ReadPlan`: O(nodes + edges), one id -> position map per node type."""
     if "plan" not in view.cache:
@@ -165,8 +163,7 @@ def _plan(view: GraphView) -> _ReadPlan:
             mark[mine] = True
             for et, (_, col) in view.edges.items():
                 if et[0] == t:
-                    for piece in col.split(MARK_PIECE):  # no int64 copy of every edge's index
-                        mark[piece.long()] = True
+                    mark_ids(col, mark)
             mark[held] = False
             wanted = mark.nonzero().view(-1)
             order = torch.argsort(view.backend.owners(t, wanted), stable=True)
@@ -606,6 +603,16 @@ def layerwise_logits(
         rows.close()
 
 
+def _split_mask(view: GraphView, split: str) -> Tensor:
+    """Which of this rank's targets are in `split` (O(nodes) once per view and split: no sort)."""
+    key = f"split_mask/{split}"
+    if key not in view.cache:
+        flags = torch.zeros(view.num_nodes[view.target], dtype=torch.bool)
+        flags[view.splits.get(split, torch.empty(0, dtype=torch.long))] = True
+        view.cache[key] = flags[view.mine[view.target]]
+    return view.cache[key]
+
+
 def evaluate_layerwise(
     model: nn.Module,
     view: GraphView,
@@ -616,15 +623,12 @@ def evaluate_layerwise(
     """`{"<split>_acc": ...}` over all ranks from layer-wise logits (collective, like above)."""
     rows = layerwise_embeddings(model, view, chunk_size, keep_buffers)
     try:
-        right = _own_rows(rows, view).argmax(dim=-1) == view.labels
+        right = row_argmax(_own_rows(rows, view)) == view.labels
     finally:
         rows.close()
-    mine, flags = view.mine[view.target], torch.zeros(view.num_nodes[view.target], dtype=torch.bool)
     counts = torch.zeros(2 * len(splits), dtype=torch.float64)
     for i, split in enumerate(splits):
-        flags[view.splits.get(split, torch.empty(0, dtype=torch.long))] = True
-        mask = flags[mine]  # which of this rank's nodes are in the split (O(nodes), no sort)
-        flags.zero_()
+        mask = _split_mask(view, split)
         counts[2 * i] = float(right[mask].sum())
         counts[2 * i + 1] = float(mask.sum())
     counts = view.backend.all_reduce(counts)
