@@ -24,6 +24,7 @@ BENCHES = [
     "e2e_hetero_link",  # mag_hetero and products_link epochs
     "eval",  # val+test evaluation: layer-wise (exact) vs sampled, 1 process and 2 partitions
     "layerwise_kernel",  # layer-wise mean aggregation with vs without software prefetch
+    "fresh_memory",  # what touching fresh vs just-freed memory costs on this machine
 ]
 
 
