@@ -17,13 +17,22 @@ from torch import Tensor
 
 @numba.njit(nogil=True, cache=True)
 def _mark(ids, flags):  # pragma: no cover - compiled
-    for i in ids:
+    """flags[ids] = True up to the first id out of range; returns its position, or -1."""
+    n = flags.shape[0]
+    for j in range(ids.shape[0]):
+        i = ids[j]
+        if i < 0 or i >= n:
+            return j
         flags[i] = True
+    return -1
 
 
 def mark_ids(ids: Tensor, flags: Tensor) -> None:
-    """`flags[ids] = True` (`flags` bool; `ids` any integer dtype, no int64 copy)."""
-    _mark(ids.numpy(), flags.numpy())
+    """`flags[ids] = True` (`flags` bool; `ids` any integer dtype, no int64 copy). An id out
+    of range is an error that names it (a corrupt partition), not a write past the array."""
+    bad = _mark(ids.numpy(), flags.numpy())
+    if bad >= 0:
+        raise IndexError(f"node id {int(ids[bad])} out of range [0, {flags.numel()})")
 
 
 @numba.njit(nogil=True, cache=True)
@@ -47,6 +56,8 @@ def row_argmax(rows: Tensor) -> Tensor:
     leading columns of wider rows), without copying it."""
     if rows.dim() != 2 or not rows.size(1):
         raise ValueError(f"expected [n, k > 0] rows, got {list(rows.shape)}")
+    if rows.device.type != "cpu":
+        return rows.argmax(dim=-1)
     out = np.empty(rows.size(0), np.int64)
     _argmax(rows.detach().numpy(), out)
     return torch.from_numpy(out)

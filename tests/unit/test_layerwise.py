@@ -121,6 +121,8 @@ def test_inference_kernels_equal_torch():
         mark_ids(ids, flags)
         want[ids.long()] = True
         assert torch.equal(flags, want)
+    with pytest.raises(IndexError, match="node id 1000 out of range"):
+        mark_ids(torch.tensor([3, 1000]), flags)
 
 
 def test_model_without_per_layer_forward_falls_back_with_one_warning(caplog):
