@@ -30,10 +30,9 @@ from torch import Tensor, nn
 
 from app.inference.kernels import mark_ids, row_argmax
 from app.inference.view import EDGE, EdgeType, GraphView
-from app.model.gnn import Block, SplitRows, range_start, whole
+from app.model.gnn import LINE_FLOATS, Block, SplitRows, range_start, whole
 
 log = logging.getLogger(__name__)
-LINE_FLOATS = 16  # float32 values per 64-byte cache line
 
 
 def _bare(model: nn.Module) -> nn.Module:
