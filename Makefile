@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 EXP     ?= products_homo
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-fast lint format bench bench-products ui ui-check clean chaos
+.PHONY: help install run test test-fast test-gpu lint format bench bench-products bench-gpu ui ui-check clean chaos
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -41,6 +41,9 @@ test: lint  ## lint, then the test suite (unit + distributed; the `long` fault s
 test-fast: install  ## unit tests only (skips the multi-process ones)
 	$(BIN)/python -m pytest tests -m "not dist and not slow"
 
+test-gpu: install  ## the CUDA tests (models, layer-wise inference, 1- and 2-trainer jobs on a GPU); skipped, visibly, without CUDA
+	$(BIN)/python -m pytest tests -m gpu -rs
+
 CHAOS_N ?= 30
 # SIGSTOP trials: a stopped child is named when its heartbeat stops (app.launch.heartbeat).
 CHAOS_SIGNALS ?= KILL,STOP,TERM
@@ -55,6 +58,9 @@ bench: install  ## benchmarks: table on stdout, records in outputs/bench/results
 bench-products: install  ## opt-in: ogbn-products scale (2.45M nodes): partitioning, then the 2-node training job measured per process
 	$(BIN)/python -m bench.partition --products
 	$(BIN)/python -m bench.products_job --repeat=3
+
+bench-gpu: install  ## opt-in, needs CUDA: products scale, 1 GPU trainer vs 1 CPU trainer side by side
+	$(BIN)/python -m bench.gpu
 
 ui: install  ## MLflow UI over the default store; prints http://127.0.0.1:5000 once it answers
 	$(BIN)/python -m app.tracking.ui serve --store $(CURDIR)/outputs/mlflow.db --port 5000

@@ -98,7 +98,9 @@ class SamplerConfig:
 class LoaderConfig:
     batch_size: int = 1024
     eval_batch_size: int = 4096
-    num_workers: int = 1  # sampler processes per trainer (0: sample in the trainer)
+    # sampler processes per trainer (0: sample in the trainer); a single-process GPU run
+    # samples in this many threads instead
+    num_workers: int = 1
     shuffle: bool = True
     drop_last: bool = False
     neg_sampling: str = "binary"  # link loaders: binary | triplet
@@ -292,28 +294,19 @@ def _check_fanouts(cfg: Config) -> None:
 
 
 def _check_device(cfg: Config) -> None:
-    """`train.device=cuda` needs CUDA here, and one GPU per trainer of this machine.
-
-    Checked where the launcher runs (local and env modes); ssh hosts are not inspected.
-    """
-    if cfg.train.device == "cpu" or cfg.cluster.mode == "ssh" or cfg.task != "train":
+    """`train.device=cuda` needs CUDA here (trainers share GPUs when there are fewer than
+    trainers: `app.task.device`). Checked where the launcher runs (local and env modes); ssh
+    hosts are not inspected."""
+    if cfg.train.device != "cuda" or cfg.cluster.mode == "ssh" or cfg.task != "train":
         return
     import torch
 
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if cfg.train.device == "cuda":
-        _require(gpus > 0, "train.device", "cuda", "CUDA is not available here; use cpu or auto")
-    if gpus:
-        per_machine = cfg.cluster.procs_per_node * (
-            cfg.cluster.num_nodes if cfg.cluster.mode == "local" else 1
-        )
-        _require(
-            per_machine <= gpus,
-            "cluster.procs_per_node",
-            cfg.cluster.procs_per_node,
-            f"{per_machine} trainers on this machine but {gpus} visible GPUs (one GPU per "
-            "trainer); lower cluster.procs_per_node / num_nodes or use train.device=cpu",
-        )
+    _require(
+        torch.cuda.is_available(),
+        "train.device",
+        "cuda",
+        "CUDA is not available here; use cpu or auto",
+    )
 
 
 def _check_sizes(cfg: Config) -> None:

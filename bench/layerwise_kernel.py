@@ -16,7 +16,7 @@ import time
 import numba
 import numpy as np
 
-from app.model.gnn import _csr_mean
+from app.model.ops.numba_cpu import _csr_mean
 from bench.common import record
 
 BENCH = "layerwise_kernel"

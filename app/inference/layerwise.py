@@ -17,6 +17,13 @@ A barrier closes every layer, so nobody reads rows before they are written; ever
 the same barriers and one all-reduce whatever its share, so uneven partitions cannot hang.
 Every edge is touched once per layer: O(L·|E|) work instead of sampled evaluation's
 O(#seeds · fan-out^L), and the result equals the full-graph forward (no sampling).
+
+The arithmetic runs where the model's weights are (`train.device`). On a GPU the tables stay
+in host memory, where other ranks read them, and chunks are computed on the device: each
+layer's rows are copied there once, the chunks' edge columns (mapped to row positions) are
+kept there for the view's later passes, and each chunk's result is copied back into its
+table (kept buffers are pinned, so those copies run at full speed). Per-chunk work memory on
+the device is bounded by `chunk_size`; the resident part is one layer's rows and the edges.
 """
 
 from __future__ import annotations
@@ -28,9 +35,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from app.inference.kernels import mark_ids, row_argmax
 from app.inference.view import EDGE, EdgeType, GraphView
-from app.model.gnn import LINE_FLOATS, Block, SplitRows, range_start, whole
+from app.model.gnn import Block, SplitRows, range_start, whole
+from app.model.ops import LINE_FLOATS, mark_ids, row_argmax
 
 log = logging.getLogger(__name__)
 
@@ -201,8 +208,8 @@ class _Buffers:
     what they hold at their peak anyway). `keep=False`: plain allocations, freed with their
     last reference."""
 
-    def __init__(self, keep: bool) -> None:
-        self.keep = keep
+    def __init__(self, keep: bool, pin: bool = False) -> None:
+        self.keep, self.pin = keep, pin  # pin: kept buffers in page-locked memory (GPU copies)
         self.free: dict[tuple[Any, ...], list[Tensor]] = {}
         self.lent: list[Tensor] = []
 
@@ -211,7 +218,7 @@ class _Buffers:
         if not self.keep:
             return torch.empty(shape, dtype=dtype)
         kept = self.free.get((*shape, dtype))
-        buf = kept.pop() if kept else torch.empty(shape, dtype=dtype)
+        buf = kept.pop() if kept else torch.empty(shape, dtype=dtype, pin_memory=self.pin)
         self.lent.append(buf)
         return buf
 
@@ -241,9 +248,9 @@ class _Table:
         if dest is not None and result is dest:
             return  # written in place, straight into this process's shard
         if self.held:  # the targets' rows are in this process's shard
-            self.buf.index_copy_(0, lead, result)
+            _store(self.buf, lead, range_start(lead), result)
         else:
-            self.table[ids] = result
+            self.table[ids] = result.cpu()
 
 
 @dataclass
@@ -272,7 +279,7 @@ class _Projections:
         if self.held:
             _project(h, w_neigh, self.neigh, lead, first)
         else:
-            self.table[ids] = h @ w_neigh.t()
+            self.table[ids] = (h @ w_neigh.t()).cpu()
 
     def read(
         self, fetch: Tensor, spare: Tensor | None, buffers: _Buffers
@@ -294,9 +301,46 @@ class _Projections:
 def _project(h: Tensor, w: Tensor, buf: Tensor, lead: Tensor, first: int | None) -> None:
     """`buf[lead] = h @ w.T`, straight into `buf` when `lead` is the range from `first`."""
     if first is None:
-        buf.index_copy_(0, lead, h @ w.t())
+        _store(buf, lead, None, h @ w.t())
     else:
-        torch.matmul(h, w.t(), out=buf[first : first + lead.numel()])
+        _matmul_into(h, w, buf[first : first + lead.numel()])
+
+
+def _store(buf: Tensor, lead: Tensor, first: int | None, rows: Tensor) -> None:
+    """`buf[lead] = rows` (`rows` on any device): one block copy when `lead` is the range
+    from `first`."""
+    if first is None:
+        buf.index_copy_(0, lead, rows.to(buf.device))
+    else:
+        buf[first : first + lead.numel()].copy_(rows)
+
+
+def _matmul_into(x: Tensor, w: Tensor, out: Tensor) -> Tensor:
+    """`out = x @ w.T`, computed where `w` lives (the model's device), stored in `out`."""
+    if x.device == w.device == out.device:
+        return torch.matmul(x, w.t(), out=out)
+    return out.copy_(x.to(w.device) @ w.t())
+
+
+def _device_of(net: nn.Module) -> torch.device:
+    """Where the model's weights are, so where a pass computes."""
+    weight = next(net.parameters(), None)
+    return torch.device("cpu") if weight is None else weight.device
+
+
+def _to(device: torch.device, rows: Any) -> Any:
+    """A layer's rows (a tensor, `SplitRows`, or a pair of them) as one tensor each on
+    `device` (nothing copied on the CPU)."""
+    if device.type == "cpu":
+        return rows
+    if isinstance(rows, tuple):
+        return tuple(_to(device, r) for r in rows)
+    if isinstance(rows, SplitRows):
+        whole = torch.empty(len(rows.head) + len(rows.tail), *rows.head.shape[1:], device=device)
+        whole[: len(rows.head)].copy_(rows.head)
+        whole[len(rows.head) :].copy_(rows.tail)
+        return whole
+    return rows.to(device)
 
 
 class _Run:
@@ -318,9 +362,11 @@ class _Run:
         if missing:
             raise ValueError(f"node types {missing} have neither features nor embeddings")
         self.plan = _plan(view)
+        self.device = _device_of(net)
         self.buffers = _Buffers(False)  # this pass's own, or the view's kept ones
         if keep_buffers:
-            self.buffers = view.cache.setdefault("buffers", _Buffers(True))
+            pin = self.device.type == "cuda"
+            self.buffers = view.cache.setdefault("buffers", _Buffers(True, pin))
 
     def _read(self, table: Any, ntype: str, buf: Tensor | None = None) -> Tensor | SplitRows:
         """The layer rows of `table` (see `_ReadPlan`): its local rows, then the fetched ones.
@@ -353,10 +399,11 @@ class _Run:
         w_root, w_neigh = weights
         local, fetch, n = _shard(table), self.plan.fetch[ntype], self.plan.local[ntype]
         source = local if n else whole(self._read(table, ntype))
-        root = torch.matmul(source, w_root.t(), out=self.buffers.empty(len(source), len(w_root)))
+        x = source.to(self.device)  # one copy to the model's device (none on the CPU)
+        root = _matmul_into(x, w_root, self.buffers.empty(len(source), len(w_root)))
         neigh = self.buffers.empty(n + fetch.numel(), w_neigh.size(0))
-        torch.matmul(local, w_neigh.t(), out=neigh[:n])
-        del source
+        _matmul_into(x[:n], w_neigh, neigh[:n])
+        del source, x
         backend = self.view.backend
         ptable = backend.new_table(name, ntype, self.view.num_nodes[ntype], neigh[:n])
         backend.barrier()  # every rank's projected shard exists, and nobody reads `h` any more
@@ -399,7 +446,8 @@ class _Run:
         if not getattr(self.net, "needs_degree", False):
             return {}
         return {
-            et: whole(self._read(table, et[0])).view(-1) for et, table in self.view.degree.items()
+            et: whole(self._read(table, et[0])).view(-1).to(self.device)
+            for et, table in self.view.degree.items()
         }
 
     def _rows(
@@ -447,15 +495,17 @@ class _Run:
             }
             used = sorted({et[0] for et in ets} | set(out_types))
             rows = self._rows(layer, round_, used, prev, made, spare)
+            here = {t: _to(self.device, r) for t, r in rows.items()}  # what the chunks read
             for t in out_types:
-                self._layer(layer, t, [et for et in ets if et[-1] == t], rows, degrees, sinks[t])
+                self._layer(layer, t, [et for et in ets if et[-1] == t], here, degrees, sinks[t])
             spare = {t: r.tail for t, r in rows.items() if isinstance(r, SplitRows)}
-            del rows, prev  # freed before the next layer's rows are read (peak: one layer's)
+            del rows, here, prev  # freed before the next layer's rows are read (peak: one layer's)
             view.backend.barrier()  # layer complete everywhere before anyone reads it
             self._drop(made)
             made, prev = [s.table for s in sinks.values()], sinks
         width = self.net.inference_width(self.net.num_inference_layers - 1)
-        return NodeRows(view, {t: s.table for t, s in prev.items()}, width, self.buffers)
+        tables = {t: s.table for t, s in prev.items()}
+        return NodeRows(view, tables, width, self.buffers, self.device)
 
     def _drop(self, tables: list[Any]) -> None:
         """Release `tables` (no reference is left behind here: their buffers can go)."""
@@ -476,13 +526,14 @@ class _Run:
         Every chunk reads the layer's `rows` in place (its blocks index them by position): no
         per-chunk copy of source rows, whatever the chunk size.
         """
-        mine = self.view.mine[ntype]
+        mine, on_cpu = self.view.mine[ntype], self.device.type == "cpu"
         for start in range(0, mine.numel(), self.chunk):
             stop = min(start + self.chunk, mine.numel())
             lead = self.plan.mine_pos[ntype][start:stop]  # the targets' own rows
-            inputs = {et: (rows[et[0]], self._block(et, start, stop, lead, degrees)) for et in ets}
-            dest = sink.dest(lead)
-            result = self.typed.layer(layer, rows[ntype], lead, inputs, dest)
+            at = lead.to(self.device)
+            inputs = {et: (rows[et[0]], self._block(et, start, stop, at, degrees)) for et in ets}
+            dest = sink.dest(lead) if on_cpu else None  # the sinks are in host memory
+            result = self.typed.layer(layer, rows[ntype], at, inputs, dest)
             sink.put(mine[start:stop], lead, result, dest)
 
     def _block(
@@ -493,33 +544,61 @@ class _Run:
         crow, col = self.view.edges[et]
         lo, hi = int(crow[start]), int(crow[stop])
         src = et[0]
+        if self.device.type == "cpu":
+            cols = self.plan.pos_of[src].index_select(0, col[lo:hi])
+        else:
+            crow, cols = self._device_edges(et)
+            cols = cols[lo:hi]
         return Block(
             crow[start : stop + 1] - lo,
-            self.plan.pos_of[src].index_select(0, col[lo:hi]),
+            cols,
             self.plan.local[src] + self.plan.fetch[src].numel(),
             degrees.get(et),
             lead if et[0] == et[-1] else None,
         )
 
+    def _device_edges(self, et: EdgeType) -> tuple[Tensor, Tensor]:
+        """`et`'s CSR on the pass's device with columns as row positions (`_ReadPlan.pos_of`),
+        mapped there once per view and device and kept for later passes (on the CPU each
+        chunk maps its own: a map of every edge would be 4 bytes an edge, all evaluation)."""
+        key = f"edges/{self.device}/{et}"
+        if key not in self.view.cache:
+            crow, col = self.view.edges[et]
+            pos_of = self.plan.pos_of[et[0]].to(self.device)
+            cols = pos_of.index_select(0, col.to(self.device))
+            self.view.cache[key] = (crow.to(self.device), cols)
+        return self.view.cache[key]
+
 
 class NodeRows:
     """The last layer's output of every node, as tables sharded like the graph.
 
-    `rows(ids, ntype)` reads any nodes' rows (distributed: one batched call per owner);
-    `close()` is collective: it waits until every rank is done reading, then frees the tables.
-    The tables may hold zero columns past the layer's `width` (`_padded`); rows come without.
+    `rows(ids, ntype)` reads any nodes' rows (distributed: one batched call per owner) onto
+    the model's `device`, where its decoder scores them; `host_rows` leaves them in host
+    memory. `close()` is collective: it waits until every rank is done reading, then frees the
+    tables. The tables may hold zero columns past the layer's `width` (`_padded`); rows come
+    without.
     """
 
     def __init__(
-        self, view: GraphView, tables: dict[str, Any], width: int, buffers: _Buffers
+        self,
+        view: GraphView,
+        tables: dict[str, Any],
+        width: int,
+        buffers: _Buffers,
+        device: torch.device,
     ) -> None:
         self.view, self.tables, self.width, self.buffers = view, tables, width, buffers
+        self.device = device
 
-    def rows(self, ids: Tensor, ntype: str | None = None) -> Tensor:
+    def host_rows(self, ids: Tensor, ntype: str | None = None) -> Tensor:
         ntype = ntype or self.view.target
         if ntype not in self.tables:
             raise ValueError(f"the last layer produces no rows for node type {ntype!r}")
         return self.tables[ntype][torch.as_tensor(ids, dtype=torch.long)][:, : self.width]
+
+    def rows(self, ids: Tensor, ntype: str | None = None) -> Tensor:
+        return self.host_rows(ids, ntype).to(self.device)
 
     def shard(self, ntype: str) -> Tensor:
         """The rows of `ntype` this process holds (see `_shard`)."""
@@ -577,20 +656,21 @@ def layerwise_link_scores(
 
 
 def _own_rows(rows: NodeRows, view: GraphView) -> Tensor:
-    """The rows of this process's targets, `view.mine[view.target]`."""
+    """The rows of this process's targets, `view.mine[view.target]`, in host memory."""
     shard = rows.shard(view.target)
     if range_start(_plan(view).mine_pos[view.target]) == 0 and shard.size(0) == len(
         view.mine[view.target]
     ):
         return shard  # this process holds exactly its targets' rows, in order: no copy
-    return rows.rows(view.mine[view.target])
+    return rows.host_rows(view.mine[view.target])
 
 
 @torch.no_grad()
 def layerwise_logits(
     model: nn.Module, view: GraphView, chunk_size: int, keep_buffers: bool = False
 ) -> Tensor:
-    """Last-layer output of every node in `view.mine[view.target]`, computed layer-wise.
+    """Last-layer output of every node in `view.mine[view.target]`, computed layer-wise (on
+    the model's device), returned in host memory.
 
     Collective when distributed: every trainer must call it (the same number of times).
     """

@@ -26,7 +26,7 @@ from torch_geometric.data import Data, HeteroData
 
 from app.distributed.context import DistContext
 from app.distributed.tensor import DistTensor, shard_ids, unregister
-from app.model.gnn import group_by
+from app.model.ops import group_by
 from app.partition.reader import PartitionData
 
 NODE = "_N"

@@ -19,6 +19,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from app.config import Config, heartbeat_timeout_s, save_config
 from app.fsutil import file_lock
 from app.launch.orphans import end_orphaned_runs, remove_pid_file, write_pid_file
@@ -30,6 +32,7 @@ from app.launch.precheck import (
     verify_for_job,
 )
 from app.launch.spawn import JobFailed, die_with_parent, run_procs
+from app.task.device import gpus_shared, trainers_per_machine
 from app.tracking.progress import phase
 
 __all__ = ["JobFailed", "PARENT_RUN_ENV", "run_job"]
@@ -108,6 +111,12 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
         plan.ports.ddp,
         plan.ports.rpc,
     )
+    if gpus_shared(cfg):
+        log.warning(
+            "%d trainers on this machine share %d GPU(s) round-robin (DDP over gloo); give "
+            "each trainer its own GPU for NCCL",
+            trainers_per_machine(cfg), torch.cuda.device_count(),
+        )  # fmt: skip
     if cfg.mlflow.enabled:  # runs a SIGKILLed launcher left RUNNING: KILLED (app.launch.orphans)
         end_orphaned_runs(Path(cfg.output_dir), cfg.tracking_uri, job_dir)
         write_pid_file(job_dir)

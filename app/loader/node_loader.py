@@ -4,11 +4,17 @@ A plain Python iterator (no worker processes): each batch is one fused-kernel sa
 `index_select` per attribute and one `Data` build. Epochs are reproducible: the shuffle order of
 epoch e and the sampling seed of its batch i derive from `(seed, e[, i])` only, by the same rule
 as `app.distributed.loader`, so both loaders cut and seed the same batches.
+
+`threads=n` samples up to `2n` batches ahead in `n` threads (the kernels and gathers release
+the GIL), still yielding them in order: what feeds a GPU trainer while it computes. A batch
+depends on its seed only, so the batches are the same whatever `threads` is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 from torch import Tensor
@@ -106,8 +112,10 @@ class NeighborLoader:
         temporal_strategy: str = "uniform",
         seed: int = 0,
         sampler: NeighborSampler | None = None,
+        threads: int = 0,
+        pin_memory: bool = False,
     ) -> None:
-        self.data = data
+        self.data, self.threads, self.pin_memory = data, int(threads), pin_memory
         self.sampler = sampler or NeighborSampler(
             data, num_neighbors, replace, subgraph_type, disjoint, time_attr,
             temporal_strategy, seed,
@@ -130,8 +138,18 @@ class NeighborLoader:
 
     def __iter__(self) -> Iterator[Data | HeteroData]:
         epoch, self.epoch = self.epoch, self.epoch + 1
-        for i, index in enumerate(self.batches.indices(epoch)):
-            yield self.collate(index, self.batches.batch_seed(epoch, i))
+        jobs = (
+            (index, self.batches.batch_seed(epoch, i))
+            for i, index in enumerate(self.batches.indices(epoch))
+        )
+        if self.threads <= 0:
+            yield from (self._batch(*job) for job in jobs)
+        else:
+            yield from in_threads(self._batch, jobs, self.threads)
+
+    def _batch(self, index: Tensor, seed: int) -> Data | HeteroData:
+        batch = self.collate(index, seed)
+        return batch.pin_memory() if self.pin_memory else batch
 
     def sampler_input(self, index: Tensor) -> NodeSamplerInput:
         """The sampler input of the batch holding input positions `index`."""
@@ -146,3 +164,19 @@ class NeighborLoader:
         """Sample and build one mini-batch from input positions `index`."""
         out = self.sampler.sample_from_nodes(self.sampler_input(index), seed=seed)
         return self.gather.to_batch(out, self.input_type)
+
+
+def in_threads(fn: Callable, jobs: Iterable[tuple], threads: int) -> Iterator:
+    """`fn(*job)` for each job, computed by `threads` threads at most `2 * threads` jobs
+    ahead, yielded in order; closing the iterator early cancels what has not started."""
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="sampler")
+    pending: deque[Future] = deque()
+    try:
+        for job in jobs:
+            pending.append(pool.submit(fn, *job))
+            if len(pending) >= 2 * threads:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

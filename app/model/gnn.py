@@ -9,10 +9,13 @@ Two things make these faster than PyG's `BasicGNN` on CPU without pyg-lib/torch-
   a no-op check when the loader already emits them in that order, an O(E) counting sort
   otherwise), after which every layer's adjacency is a prefix of rows of that CSR.
 * Sparse aggregation. Mean (SAGE) and normalised (GCN) aggregation are one CSR x dense
-  product per layer (`CSRMatmul`: a numba kernel over destination rows, backward through the
-  transposed CSR): no `[E, F]` message tensor is ever materialised, and it measured faster
-  than `torch.sparse.mm` on CSR here (see `_csr_spmm`). When a layer shrinks the width, the linear
-  map runs before the aggregation (fewer columns to aggregate).
+  product per layer (`CSRMatmul` over `app.model.ops.spmm`: a numba kernel over destination
+  rows on the CPU, which measured faster than `torch.sparse.mm` there, cuSPARSE elsewhere;
+  backward through the transposed CSR): no `[E, F]` message tensor is ever materialised. When
+  a layer shrinks the width, the linear map runs before the aggregation (fewer columns to
+  aggregate).
+
+Every tensor a model creates is made on its inputs' device, so the same code trains on a GPU.
 
 `forward(x, edge_index, num_sampled_nodes=None, num_sampled_edges=None)` contract of every
 model here: without the per-hop counts the whole graph is used and one row per input node is
@@ -25,144 +28,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numba
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from app.config import ModelConfig
-from app.model.prefetch import prefetch
-
-
-def fast_dropout(x: Tensor, p: float, training: bool) -> Tensor:
-    """Inverted dropout with a byte-resolution keep probability.
-
-    `F.dropout` draws one Bernoulli float per element, which dominated the step time on CPU
-    (about a third of a SAGE step). Here one random byte per element is drawn by numpy from a
-    seed taken from torch's global generator (so `torch.manual_seed` keeps runs reproducible);
-    `p` is rounded to a multiple of 1/256 and the scale uses the rounded value, so the layer
-    stays unbiased.
-    """
-    if not training or p <= 0.0:
-        return x
-    if p >= 1.0:
-        return torch.zeros_like(x)
-    threshold = min(255, max(1, round(p * 256)))
-    seed = int(torch.randint(0, 2**62, ()).item())
-    raw = np.frombuffer(np.random.default_rng(seed).bytes(x.numel()), dtype=np.uint8)
-    keep = torch.from_numpy(raw >= threshold).view(x.shape)
-    return x * keep.to(x.dtype).mul_(256.0 / (256 - threshold))
-
-
-@numba.njit(nogil=True, cache=True)
-def _csr_spmm(crow, col, val, h, out):  # pragma: no cover - compiled
-    """out[i] += sum_j val[j] * h[col[j]] over row i's entries.
-
-    Single-threaded on purpose: numba's parallel (OpenMP) layer next to torch's own OpenMP
-    runtime intermittently hung DDP processes; one thread per trainer process is also what the
-    launcher gives each trainer on a CPU node.
-    """
-    for i in range(out.shape[0]):
-        for j in range(crow[i], crow[i + 1]):
-            c, v = col[j], val[j]
-            for f in range(h.shape[1]):
-                out[i, f] += v * h[c, f]
-
-
-PREFETCH_AHEAD = 16  # edges ahead whose source row `_csr_mean` asks the cache for
-LINE_FLOATS = 16  # float32 values per 64-byte cache line
-SUM_EDGES = 4  # source rows `_csr_mean` sums before adding them to the output (body written for 4)
-
-
-@numba.njit(nogil=True, cache=True)
-def _csr_mean(crow, col, head, tail, out):  # pragma: no cover - compiled
-    """out[i] = mean over row i's entries j of source row col[j] of [head; tail] (0 for none):
-    the mean aggregation without per-edge weights, writing every output row (`out` may be
-    uninitialised). The sources are two arrays so that a rank's own rows are read where they
-    lie (e.g. memory-mapped features) and only its fetched rows need a buffer. Source rows are
-    random reads from large tables: each edge prefetches the row `PREFETCH_AHEAD` edges on.
-    `SUM_EDGES` rows are summed before they are added to the output row, which is then loaded
-    and stored a quarter as often (a products partition's chunks, one thread: layer 0 1.06 ->
-    0.85 s, layer 1 0.55 -> 0.42 s)."""
-    width, n_head = out.shape[1], head.shape[0]
-    end = crow[out.shape[0]]
-    for i in range(out.shape[0]):
-        row = out[i]
-        row[:] = 0
-        j, stop = crow[i], crow[i + 1]
-        while j < stop:
-            for k in range(SUM_EDGES):
-                if j + PREFETCH_AHEAD + k < end:
-                    ahead = col[j + PREFETCH_AHEAD + k]
-                    for f in range(0, width, LINE_FLOATS):
-                        if ahead < n_head:
-                            prefetch(head, ahead, f)
-                        else:
-                            prefetch(tail, ahead - n_head, f)
-            if j + SUM_EDGES <= stop:
-                c0, c1, c2, c3 = col[j], col[j + 1], col[j + 2], col[j + 3]
-                a = head[c0] if c0 < n_head else tail[c0 - n_head]
-                b = head[c1] if c1 < n_head else tail[c1 - n_head]
-                c = head[c2] if c2 < n_head else tail[c2 - n_head]
-                d = head[c3] if c3 < n_head else tail[c3 - n_head]
-                for f in range(width):
-                    row[f] += (a[f] + b[f]) + (c[f] + d[f])
-                j += SUM_EDGES
-            else:
-                c0 = col[j]
-                a = head[c0] if c0 < n_head else tail[c0 - n_head]
-                for f in range(width):
-                    row[f] += a[f]
-                j += 1
-        if stop > crow[i]:
-            scale = np.float32(1.0) / np.float32(stop - crow[i])
-            for f in range(width):
-                row[f] *= scale
-
-
-@numba.njit(nogil=True, cache=True)
-def _counting_sort(keys, n):  # pragma: no cover - compiled
-    """Stable permutation sorting `keys` (ints in [0, n)) and the CSR pointer of the groups."""
-    ptr = np.zeros(n + 1, np.int64)
-    for k in keys:
-        ptr[k + 1] += 1
-    for i in range(n):
-        ptr[i + 1] += ptr[i]
-    fill = ptr[:-1].copy()
-    perm = np.empty(keys.shape[0], np.int64)
-    for j in range(keys.shape[0]):
-        perm[fill[keys[j]]] = j
-        fill[keys[j]] += 1
-    return perm, ptr
-
-
-_WARM = False
-
-
-def warm_kernels() -> None:
-    """Load (or compile) the aggregation kernels for the index dtypes batches and layer-wise
-    views use, so a job's first training step does not pay for it (once per process)."""
-    global _WARM
-    if _WARM:
-        return
-    h, out = np.ones((2, 1), np.float32), np.zeros((1, 1), np.float32)
-    for index in (np.int64, np.int32):
-        crow, col = np.array([0, 2], index), np.array([0, 1], index)
-        _csr_spmm(crow, col, np.ones(2, np.float32), h, out)
-        _csr_mean(crow, col, h, h[:0], out)
-    _counting_sort(np.array([1, 0], np.int64), 2)
-    _WARM = True
-
-
-def group_by(keys: Tensor, n: int) -> tuple[Tensor | None, Tensor]:
-    """(stable sorting permutation or None if `keys` is already sorted, CSR pointer [n + 1])."""
-    if keys.numel() < 2 or bool((keys[1:] >= keys[:-1]).all()):
-        ptr = torch.zeros(n + 1, dtype=torch.int64)
-        torch.cumsum(torch.bincount(keys, minlength=n), 0, out=ptr[1:])
-        return None, ptr
-    perm, ptr = _counting_sort(keys.numpy(), n)
-    return torch.from_numpy(perm), torch.from_numpy(ptr)
+from app.model import ops
 
 
 class CSR:
@@ -174,15 +45,11 @@ class CSR:
 
     def matmul(self, h: Tensor) -> Tensor:
         """`self @ h` for a dense float32 `h` of `n_cols` rows."""
-        out = torch.zeros(self.n_rows, h.size(1), dtype=h.dtype)
-        if self.col.numel():
-            dense = h.detach().contiguous().numpy()
-            _csr_spmm(self.crow.numpy(), self.col.numpy(), self.val.numpy(), dense, out.numpy())
-        return out
+        return ops.spmm(self.crow, self.col, self.val, h, self.n_rows)
 
     def t(self) -> CSR:
         """The transpose (entries re-sorted by column), for the backward pass."""
-        perm, crow = group_by(self.col, self.n_cols)
+        perm, crow = ops.group_by(self.col, self.n_cols)
         if perm is None:
             return CSR(crow, self.row, self.val, self.col, self.n_rows)
         return CSR(crow, self.row[perm], self.val[perm], self.col[perm], self.n_rows)
@@ -237,7 +104,7 @@ class SampledGraph:
                 for layer in range(num_layers)
             ]
         src, dst = edge_index[0], edge_index[1]
-        perm, self.crow = group_by(dst, num_nodes)  # NeighborLoader batches come sorted
+        perm, self.crow = ops.group_by(dst, num_nodes)  # NeighborLoader batches come sorted
         self.col = src if perm is None else src[perm]
         self.row = dst if perm is None else dst[perm]
         self.in_degree = self.crow[1:] - self.crow[:-1]
@@ -345,7 +212,9 @@ class Block:
         """Each edge's target row (built on first use: the mean path never needs it)."""
         if self._row is None:
             counts = self.crow[1:] - self.crow[:-1]
-            self._row = torch.repeat_interleave(torch.arange(self.n_dst), counts)
+            self._row = torch.repeat_interleave(
+                torch.arange(self.n_dst, device=counts.device), counts
+            )
         return self._row
 
     def mean(self, h: Tensor | SplitRows, out: Tensor | None = None) -> Tensor:
@@ -355,10 +224,8 @@ class Block:
         if head.dtype != torch.float32 or tail.dtype != torch.float32:
             raise ValueError(f"node features must be float32, got {head.dtype}")
         if out is None:
-            out = torch.empty(self.n_dst, head.size(1))
-        arrays = (a.detach().contiguous().numpy() for a in (head, tail))
-        _csr_mean(self.crow.numpy(), self.col.numpy(), *arrays, out.numpy())
-        return out
+            out = head.new_empty(self.n_dst, head.size(1))
+        return ops.csr_mean(self.crow, self.col, head, tail, out)
 
     def targets(self, h: Tensor | SplitRows) -> Tensor:
         """The targets' own rows of the source rows `h` (a view when they are consecutive;
@@ -377,11 +244,12 @@ class Block:
     def compact(self) -> tuple[Tensor, Block]:
         """(the source positions this block reads, targets first; the block over just them),
         for layers that transform every source row they are given (GAT)."""
-        first = torch.arange(self.n_dst) if self.dst is None else self.dst
-        pos = torch.full((self.n_src,), -1, dtype=torch.long)
-        pos[first] = torch.arange(self.n_dst)
+        device = self.col.device
+        first = torch.arange(self.n_dst, device=device) if self.dst is None else self.dst
+        pos = torch.full((self.n_src,), -1, dtype=torch.long, device=device)
+        pos[first] = torch.arange(self.n_dst, device=device)
         rest = torch.unique(self.col[pos[self.col] < 0])
-        pos[rest] = self.n_dst + torch.arange(rest.numel())
+        pos[rest] = self.n_dst + torch.arange(rest.numel(), device=device)
         src = torch.cat([first, rest])
         degree = None if self.src_degree is None else self.src_degree[src]
         return src, Block(self.crow, pos[self.col], src.numel(), degree)
@@ -453,7 +321,7 @@ class SAGELayer(nn.Module):
         has them too, the bias goes to the leading ones."""
         if isinstance(h, tuple):
             root, neigh = h
-            out = torch.empty(block.n_dst, root.size(1)) if out is None else out
+            out = root.new_empty(block.n_dst, root.size(1)) if out is None else out
             own = block.targets(root)
             if own.data_ptr() == out.data_ptr():  # `out` holds the root rows: add to them
                 out.add_(block.mean(neigh))
@@ -463,7 +331,7 @@ class SAGELayer(nn.Module):
             out[:, : bias.numel()].add_(bias)
             return out
         if out is None:
-            out = torch.empty(block.n_dst, self.lin_neigh.out_features)
+            out = self.lin_neigh.weight.new_empty(block.n_dst, self.lin_neigh.out_features)
         torch.addmm(self.lin_neigh.bias, block.mean(h), self.lin_neigh.weight.t(), out=out)
         return out.addmm_(block.targets(h), self.lin_root.weight.t())
 
@@ -555,7 +423,7 @@ class SampledGNN(nn.Module):
                 f"model.hidden_channels={hidden_channels} is not divisible by model.heads={heads}"
             )
         self.kind, self.num_layers, self.dropout = kind, num_layers, dropout
-        warm_kernels()
+        ops.warm()
         self.dims = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
         self.layers = nn.ModuleList(
             self._layer(self.dims[i], self.dims[i + 1], heads, i == num_layers - 1)
@@ -584,7 +452,7 @@ class SampledGNN(nn.Module):
         for i, layer in enumerate(self.layers):
             h = layer(h, graph, i, values)
             if i < self.num_layers - 1:
-                h = fast_dropout(F.relu(h), self.dropout, self.training)
+                h = ops.dropout(F.relu(h), self.dropout, self.training)
         return h
 
     @property
@@ -675,7 +543,7 @@ class MLP(nn.Module):
         for i, lin in enumerate(self.lins):
             h = lin(h)
             if i < len(self.lins) - 1:
-                h = fast_dropout(F.relu(h), self.dropout, self.training)
+                h = ops.dropout(F.relu(h), self.dropout, self.training)
         return h
 
 

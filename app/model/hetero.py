@@ -24,7 +24,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.data import HeteroData
 
-from app.model.gnn import CSR, Block, aggregate, fast_dropout, group_by
+from app.model import ops
+from app.model.gnn import CSR, Block, aggregate
 
 EdgeType = tuple[str, str, str]
 Metadata = tuple[list[str], list[EdgeType]]
@@ -61,7 +62,7 @@ class TypedEdges:
     """One edge type's edges grouped by destination (CSR) with mean weights 1/in-degree."""
 
     def __init__(self, edge_index: Tensor, num_dst: int) -> None:
-        perm, self.crow = group_by(edge_index[1], num_dst)
+        perm, self.crow = ops.group_by(edge_index[1], num_dst)
         self.col = edge_index[0] if perm is None else edge_index[0][perm]
         self.row = edge_index[1] if perm is None else edge_index[1][perm]
         degree = (self.crow[1:] - self.crow[:-1]).clamp(min=1).to(torch.float32)
@@ -141,7 +142,7 @@ class HeteroSAGE(nn.Module):
                 out[dst] = msg if dst not in out else out[dst] + msg
             if i < self.num_layers - 1:
                 out = {
-                    t: fast_dropout(F.relu(v), self.dropout, self.training) for t, v in out.items()
+                    t: ops.dropout(F.relu(v), self.dropout, self.training) for t, v in out.items()
                 }
             h = out
         return h

@@ -11,7 +11,8 @@ from torch_geometric.data import Data, HeteroData
 
 from app.config import Config
 from app.partition.link import link_split, link_type
-from app.task.source import EdgeType, GraphSource, Schema, eval_cap, resolve_device
+from app.task.device import resolve_device
+from app.task.source import EdgeType, GraphSource, Schema, eval_cap
 from app.task.tables import LocalTables, Tables
 
 
@@ -83,7 +84,14 @@ class LocalSource(GraphSource):
             temporal_strategy=s.temporal_strategy,
             **self._sampling(),
             **self.batch_args(split),
+            **self._feeding(),
         )
+
+    def _feeding(self) -> dict[str, Any]:
+        """A GPU trainer's batches are sampled ahead in `loader.num_workers` threads and pinned
+        there; a CPU trainer samples in its own thread (its cores are the trainer's)."""
+        gpu = self.device.type == "cuda"
+        return dict(threads=self.cfg.loader.num_workers if gpu else 0, pin_memory=gpu)
 
     def link_loader(
         self, split: str, edges: Tensor, edge_type: EdgeType | None, mode: str, ratio: float

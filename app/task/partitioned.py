@@ -24,8 +24,9 @@ from app.distributed.graph_store import LocalGraphStore
 from app.partition.link import HETERO_LINK_TYPE, load_held_out
 from app.partition.reader import load_partition, load_partition_book
 from app.runtime import Runtime
+from app.task.device import trainer_device
 from app.task.metrics import all_reduce
-from app.task.source import EdgeType, GraphSource, Schema, eval_cap, resolve_device
+from app.task.source import EdgeType, GraphSource, Schema, eval_cap
 from app.task.tables import Tables, make_dist_tables
 
 
@@ -35,11 +36,10 @@ class PartitionSource(GraphSource):
     def __init__(self, runtime: Runtime, cfg: Config) -> None:
         self.runtime, self.cfg = runtime, cfg
         self.rank, self.world_size = runtime.rank, runtime.world_size
-        self.device = resolve_device(cfg.train.device)
+        # local mode runs every node on this machine: its trainers are numbered by rank
+        local = runtime.rank if cfg.cluster.mode == "local" else runtime.local_rank
+        self.device = trainer_device(cfg, local)
         if self.device.type == "cuda":
-            # one GPU per trainer of this machine (local mode runs every node here)
-            local = runtime.rank if cfg.cluster.mode == "local" else runtime.local_rank
-            self.device = torch.device("cuda", local)
             torch.cuda.set_device(self.device)
         # checksums: checked by the launcher already, so this is one stat per file (the marker)
         self.part = load_partition(runtime.partition_root, runtime.node_rank, runtime.num_nodes)
@@ -153,7 +153,7 @@ class PartitionSource(GraphSource):
         )  # fmt: skip
 
     def wrap(self, model: nn.Module, find_unused: bool = False) -> nn.Module:
-        """DDP over the trainers (one device per trainer on cuda)."""
+        """DDP over the trainers (each on its device: `trainer_device`)."""
         ids = [self.device.index] if self.device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=ids, find_unused_parameters=find_unused)
 

@@ -66,13 +66,6 @@ def eval_cap(cfg: Config) -> int:
     return cfg.train.max_steps_per_epoch * cfg.loader.eval_batch_size
 
 
-def resolve_device(name: str) -> torch.device:
-    """`train.device`: cpu, cuda, or auto (cuda when available)."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device(name)
-
-
 class GraphSource(ABC):
     """The graph as one trainer sees it; see the module docstring."""
 

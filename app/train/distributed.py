@@ -32,9 +32,9 @@ from app.distributed.workers import shutdown
 from app.fsutil import write_text_atomic
 from app.netutil import bound_store
 from app.runtime import Runtime, tune_process
+from app.task.device import ddp_backend
 from app.task.partitioned import PartitionSource
 from app.task.registry import build_task
-from app.task.source import resolve_device
 from app.tracking.mlflow import make_tracker
 from app.tracking.progress import phase
 from app.train.loop import FitOptions, fit
@@ -74,7 +74,7 @@ def init_process_group(runtime: Runtime, cfg: Config) -> None:
             "node 0's launcher, or check MASTER_ADDR / the network"
         ) from err
     dist.init_process_group(
-        "nccl" if resolve_device(cfg.train.device).type == "cuda" else "gloo",
+        ddp_backend(cfg),
         store=store,
         rank=runtime.rank,
         world_size=runtime.world_size,

@@ -6,10 +6,9 @@ import pytest
 import torch
 
 from app.config import ConfigError
-from app.task.device import DeviceLoader
+from app.task.device import DeviceLoader, ddp_backend, resolve_device, trainer_device
 from app.task.local import LocalSource
 from app.task.node import NodeTask
-from app.task.source import resolve_device
 from app.train.checkpoint import checkpoint_path, load_checkpoint, read_checkpoint
 from app.train.loop import FitOptions, fit
 from tests.conftest import run_app
@@ -18,6 +17,7 @@ from tests.unit.test_train import toy_config
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="no CUDA device on this machine")
+gpu = pytest.mark.gpu  # `make test-gpu`
 needs_no_cuda = pytest.mark.skipif(CUDA, reason="CUDA is available: nothing to refuse")
 
 
@@ -49,13 +49,24 @@ def test_cpu_device_loader_passes_batches_through():
     assert list(DeviceLoader(batches, torch.device("cpu"))) == batches
 
 
+def test_cpu_trainers_reduce_over_gloo(compose):
+    cfg = compose("+experiment=smoke", "cluster.num_nodes=2")
+    assert trainer_device(cfg, 1) == torch.device("cpu") and ddp_backend(cfg) == "gloo"
+
+
+@gpu
 @needs_cuda
-def test_more_trainers_than_gpus_is_refused(compose):
-    too_many = torch.cuda.device_count() + 1
-    with pytest.raises(ConfigError, match="cluster.procs_per_node"):
-        compose("+experiment=smoke", "train.device=cuda", f"cluster.procs_per_node={too_many}")
+def test_more_trainers_than_gpus_share_them_round_robin(compose):
+    gpus = torch.cuda.device_count()
+    cfg = compose("+experiment=smoke", "train.device=cuda", f"cluster.procs_per_node={gpus + 1}")
+    assert trainer_device(cfg, gpus) == torch.device("cuda", 0)
+    assert ddp_backend(cfg) == "gloo"  # NCCL refuses two ranks on one GPU
+    own = compose("+experiment=smoke", "train.device=cuda")
+    assert trainer_device(own, 0) == torch.device("cuda", 0)
+    assert ddp_backend(own) == "cpu:gloo,cuda:nccl"
 
 
+@gpu
 @needs_cuda
 def test_cuda_trainer_learns_and_its_checkpoint_loads_on_cpu(tmp_path):
     data = toy_graph(num_nodes=400, seed=0)

@@ -14,7 +14,6 @@ from torch import nn
 
 from app.config import ConfigError, compose_config
 from app.inference import evaluate_layerwise, layerwise_logits, local_view, supports_layerwise
-from app.inference.kernels import mark_ids, row_argmax
 from app.model.gnn import MLP, SampledGNN
 from app.model.hetero import HeteroNodeClassifier, HeteroSAGE, NodeEmbeddings
 from tests.unit.test_model import toy_graph, toy_hetero
@@ -107,22 +106,6 @@ def test_evaluate_reports_split_accuracies(graph):
             assert acc[f"{split}_acc"] == pytest.approx(
                 float((pred[mask] == graph.y[mask]).float().mean())
             )
-
-
-def test_inference_kernels_equal_torch():
-    torch.manual_seed(0)
-    wide = torch.randint(-3, 3, (500, 8)).float()  # many ties: the first maximum wins
-    wide[3, 2] = wide[7, 0] = wide[7, 5] = wide[9, 6] = float("nan")  # a NaN wins, the first
-    rows = wide[:, :7]  # strided, as the last layer's padded projections
-    assert torch.equal(row_argmax(rows), rows.argmax(dim=-1))
-    for dtype in (torch.int32, torch.int64):
-        ids = torch.randint(0, 1000, (5000,), dtype=dtype)
-        flags, want = torch.zeros(1000, dtype=torch.bool), torch.zeros(1000, dtype=torch.bool)
-        mark_ids(ids, flags)
-        want[ids.long()] = True
-        assert torch.equal(flags, want)
-    with pytest.raises(IndexError, match="node id 1000 out of range"):
-        mark_ids(torch.tensor([3, 1000]), flags)
 
 
 def test_model_without_per_layer_forward_falls_back_with_one_warning(caplog):

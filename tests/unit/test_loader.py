@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -195,3 +197,28 @@ def test_temporal_link_loader(data):
         assert torch.all(batch.time[negs] <= 8)  # negatives respect the link time too
     with pytest.raises(ValueError, match="edge_label_time"):
         LinkNeighborLoader(data, [2], time_attr="time")
+
+
+def test_threads_yield_the_same_batches_in_order():
+    """Sampling ahead in threads (a GPU trainer's feed) changes no batch; an early stop ends
+    the threads."""
+    from tests.unit.test_model import toy_graph
+
+    data = toy_graph(500)
+
+    def batches(threads: int) -> list:
+        loader = NeighborLoader(
+            data, [5, 3], input_nodes=torch.arange(300), batch_size=32, shuffle=True, seed=4,
+            threads=threads,
+        )  # fmt: skip
+        return list(loader)
+
+    plain, threaded = batches(0), batches(3)
+    assert len(plain) == len(threaded) == 10
+    for a, b in zip(plain, threaded, strict=True):
+        assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index)
+    loader = NeighborLoader(data, [5, 3], input_nodes=torch.arange(300), batch_size=8, threads=2)
+    it = iter(loader)
+    next(it)
+    it.close()  # the pool is shut down, pending batches cancelled
+    assert not [t for t in threading.enumerate() if t.name.startswith("sampler")]

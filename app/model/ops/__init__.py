@@ -1,0 +1,117 @@
+"""The arithmetic under the models and layer-wise inference: one entry per operation, a kernel
+per device (as PyG's `utils/_spmm.py`).
+
+Each entry looks at its tensors' device: CPU tensors go to the numba kernels (`numba_cpu`),
+tensors on any other device to torch (`torch_any`: cuSPARSE CSR products, torch's sort and
+scatter). `DISTGNN_KERNELS` overrides the choice: `torch` sends CPU tensors to the torch path
+too (how CPU-only CI proves the GPU path's arithmetic), `numba` insists on the CPU kernels (a
+tensor elsewhere is then an error); unset or empty, the device decides. The device itself is
+the task's (`train.device`): models and batches are put there once, and every operation below
+follows its inputs.
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+from torch import Tensor
+
+from app.model.ops import numba_cpu, torch_any
+from app.model.ops.numba_cpu import LINE_FLOATS
+
+KERNELS_ENV = "DISTGNN_KERNELS"
+CHOICES = ("numba", "torch")
+
+__all__ = [
+    "KERNELS_ENV",
+    "LINE_FLOATS",
+    "csr_mean",
+    "dropout",
+    "group_by",
+    "mark_ids",
+    "row_argmax",
+    "spmm",
+    "uses_numba",
+    "warm",
+]
+
+
+def forced() -> str:
+    """`DISTGNN_KERNELS` ('' when unset), refused in one line when it names no kernel set."""
+    mode = os.environ.get(KERNELS_ENV, "").strip().lower()
+    if mode and mode not in CHOICES:
+        raise ValueError(
+            f"{KERNELS_ENV}={mode!r}: expected numba, torch or unset (chosen by device)"
+        )
+    return mode
+
+
+def uses_numba(t: Tensor) -> bool:
+    """Whether an operation on `t` runs the numba kernels (see the module docstring)."""
+    mode = forced()
+    if t.device.type == "cpu":
+        return mode != "torch"
+    if mode == "numba":
+        raise ValueError(
+            f"{KERNELS_ENV}=numba runs CPU kernels but a tensor is on {t.device}: unset "
+            f"{KERNELS_ENV} or use train.device=cpu"
+        )
+    return False
+
+
+def _ops(t: Tensor) -> ModuleType:
+    """The kernel module for tensors like `t`."""
+    return numba_cpu if uses_numba(t) else torch_any
+
+
+def spmm(crow: Tensor, col: Tensor, val: Tensor, h: Tensor, n_rows: int) -> Tensor:
+    """`A @ h` for the CSR `A` = (`crow` [n_rows + 1], `col`, `val`) over `h`'s rows (float32);
+    no gradient (`app.model.gnn.CSRMatmul` adds it)."""
+    return _ops(h).spmm(crow, col, val, h, n_rows)
+
+
+def csr_mean(crow: Tensor, col: Tensor, head: Tensor, tail: Tensor, out: Tensor) -> Tensor:
+    """`out[i]` = the mean of rows `col[crow[i]:crow[i + 1]]` of `[head; tail]` (0 for a row
+    without entries), written into `out` (any contents) and returned."""
+    return _ops(head).csr_mean(crow, col, head, tail, out)
+
+
+def group_by(keys: Tensor, n: int) -> tuple[Tensor | None, Tensor]:
+    """(stable sorting permutation, or None if `keys` is already sorted; CSR pointer [n + 1]
+    of the groups) for integer `keys` in [0, n)."""
+    if keys.numel() < 2 or bool((keys[1:] >= keys[:-1]).all()):
+        return None, torch_any.group_ptr(keys, n)
+    return _ops(keys).group_by(keys, n)
+
+
+def dropout(x: Tensor, p: float, training: bool) -> Tensor:
+    """Inverted dropout (identity in eval mode or for p <= 0; zeros for p >= 1)."""
+    if not training or p <= 0.0:
+        return x
+    if p >= 1.0:
+        return x.new_zeros(x.shape)
+    return _ops(x).dropout(x, p)
+
+
+def mark_ids(ids: Tensor, flags: Tensor) -> None:
+    """`flags[ids] = True` (`flags` bool; `ids` any integer dtype, no int64 copy on the CPU).
+    An id out of range is an error that names it (a corrupt partition), not a write past the
+    array."""
+    bad = _ops(flags).mark_ids(ids, flags)
+    if bad >= 0:
+        raise IndexError(f"node id {int(ids[bad])} out of range [0, {flags.numel()})")
+
+
+def row_argmax(rows: Tensor) -> Tensor:
+    """`rows.argmax(dim=-1)` of a 2-D float tensor whose rows may be strided (a view of the
+    leading columns of wider rows), without copying it on the CPU."""
+    if rows.dim() != 2 or not rows.size(1):
+        raise ValueError(f"expected [n, k > 0] rows, got {list(rows.shape)}")
+    return _ops(rows).row_argmax(rows)
+
+
+def warm() -> None:
+    """Load (or compile) the CPU kernels once per process, unless torch is forced."""
+    if forced() != "torch":
+        numba_cpu.warm()
