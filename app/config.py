@@ -293,10 +293,26 @@ def _check_fanouts(cfg: Config) -> None:
         )
 
 
+KERNELS_ENV = "DISTGNN_KERNELS"  # numba | torch | unset: which kernels run (`app.model.ops`)
+KERNEL_CHOICES = ("numba", "torch")
+
+
+def kernels_forced() -> str:
+    """`DISTGNN_KERNELS`, lower-cased ('' when unset), refused in one line when it names no
+    kernel set."""
+    mode = os.environ.get(KERNELS_ENV, "").strip().lower()
+    _require(mode in ("", *KERNEL_CHOICES), KERNELS_ENV, mode, "expected numba, torch or unset")
+    return mode
+
+
 def _check_device(cfg: Config) -> None:
     """`train.device=cuda` needs CUDA here (trainers share GPUs when there are fewer than
     trainers: `app.task.device`). Checked where the launcher runs (local and env modes); ssh
     hosts are not inspected."""
+    if kernels_forced() == "numba" and cfg.train.device == "cuda":
+        raise ConfigError(
+            f"{KERNELS_ENV}=numba runs CPU kernels only: unset it to train with train.device=cuda"
+        )
     if cfg.train.device != "cuda" or cfg.cluster.mode == "ssh" or cfg.task != "train":
         return
     import torch

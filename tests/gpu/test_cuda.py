@@ -11,14 +11,19 @@ import re
 import pytest
 import torch
 
-from app.config import ModelConfig
 from app.inference import evaluate_layerwise, layerwise_link_scores, layerwise_logits, local_view
 from app.model import ops
-from app.model.gnn import SampledGNN, build_model
-from app.model.hetero import HeteroNodeClassifier, HeteroSAGE, NodeEmbeddings
+from app.model.gnn import SampledGNN
 from app.model.link import Decoder, LinkPredictor
 from tests.conftest import run_app
-from tests.unit.test_model import ToyLoader, toy_graph, toy_hetero
+from tests.unit.test_model import toy_graph
+from tests.unit.test_ops import (
+    LAYERWISE_KINDS,
+    hetero_case,
+    layerwise_case,
+    model_of,
+    sampled_batch,
+)
 
 CUDA = torch.cuda.is_available()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not CUDA, reason="no CUDA device")]
@@ -55,11 +60,9 @@ def assert_same(a, b):
 @pytest.mark.parametrize("name", ["sage", "gcn", "gat", "mlp"])
 @pytest.mark.parametrize("hidden", [4, 32])
 def test_models_train_on_cuda_as_on_cpu(name, hidden):
-    data = toy_graph(num_nodes=400, seed=1)
-    batch = next(iter(ToyLoader(data, [4, 3], torch.arange(64), batch_size=32, seed=0)))
+    batch = sampled_batch()
     torch.manual_seed(0)
-    cfg = ModelConfig(name=name, hidden_channels=hidden, num_layers=2, dropout=0.0, heads=2)
-    model = build_model(cfg, batch.x.size(1), 3).train()
+    model = model_of(name, batch.x.size(1), hidden).train()
     counts = (batch.num_sampled_nodes, batch.num_sampled_edges)
 
     def run(device):
@@ -70,19 +73,11 @@ def test_models_train_on_cuda_as_on_cpu(name, hidden):
 
 
 def test_hetero_sage_trains_on_cuda_as_on_cpu():
-    data = toy_hetero()
-    torch.manual_seed(4)
-    widths = {"paper": data["paper"].x.size(1), "author": 5}
-    model = HeteroSAGE(data.metadata(), widths, 16, 3, 2).train()
-    ids = {t: torch.arange(data[t].num_nodes) for t in data.node_types}
-    x = NodeEmbeddings({"author": data["author"].num_nodes}, 5).fill(
-        {"paper": data["paper"].x}, ids
-    )
-    x = {t: v.detach() for t, v in x.items()}
+    data, model, x = hetero_case()
 
     def run(device):
         xs, eis = on(device, x), on(device, data.edge_index_dict)
-        return grads(model, lambda m: m(xs, eis)["paper"], device)
+        return grads(model.train(), lambda m: m(xs, eis)["paper"], device)
 
     assert_same(run("cpu"), run("cuda"))
 
@@ -94,25 +89,10 @@ def test_dropout_on_cuda_is_unbiased():
     assert abs(float(a.mean()) - 1.0) < 0.02
 
 
-def layerwise_model(kind: str):
-    torch.manual_seed(3)
-    if kind == "hetero":
-        data = toy_hetero()
-        widths = {"paper": data["paper"].x.size(1), "author": 5}
-        gnn = HeteroSAGE(data.metadata(), widths, 16, 3, 2)
-        emb = NodeEmbeddings({"author": data["author"].num_nodes}, 5)
-        return data, HeteroNodeClassifier(gnn, emb, "paper")
-    data = toy_graph(200)
-    if kind == "narrow":  # every layer narrows: the pass reads projections
-        return data, SampledGNN("sage", data.x.size(1), 4, 3, 3)
-    cfg = ModelConfig(name=kind, hidden_channels=16, num_layers=2, heads=2)
-    return data, build_model(cfg, data.x.size(1), 3)
-
-
-@pytest.mark.parametrize("kind", ["sage", "gcn", "gat", "mlp", "narrow", "hetero"])
+@pytest.mark.parametrize("kind", LAYERWISE_KINDS)
 @pytest.mark.parametrize("keep", [False, True])
 def test_layerwise_on_cuda_equals_cpu(kind, keep):
-    data, model = layerwise_model(kind)
+    data, model = layerwise_case(kind)
     view = local_view(data)
     want = layerwise_logits(model, view, 37)
     gpu = model.to("cuda")
@@ -120,7 +100,7 @@ def test_layerwise_on_cuda_equals_cpu(kind, keep):
         gpu.embeddings.to("cuda")
     for _ in range(2):  # kept buffers serve the second pass
         torch.testing.assert_close(layerwise_logits(gpu, view, 37, keep), want, **TOL)
-    if kind != "hetero":
+    if kind not in ("hetero", "link"):
         assert evaluate_layerwise(gpu, view, 37, keep_buffers=keep) == pytest.approx(
             evaluate_layerwise(model.cpu(), view, 37)
         )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from app.config import ConfigError, ModelConfig
 from app.inference import layerwise_logits, local_view
 from app.model import ops
 from app.model.gnn import Block, SampledGNN, SplitRows, build_model
@@ -100,10 +101,15 @@ def test_dropout_is_unbiased_and_seeded(monkeypatch, mode):
     assert not ops.dropout(x, 1.0, True).any()
 
 
-def test_bad_kernel_choice_is_one_line(monkeypatch):
+def test_bad_kernel_choice_is_one_line_before_any_process(monkeypatch, compose):
     monkeypatch.setenv(ops.KERNELS_ENV, "cuda")
-    with pytest.raises(ValueError, match="DISTGNN_KERNELS='cuda': expected numba, torch"):
+    with pytest.raises(ConfigError, match="DISTGNN_KERNELS='cuda': expected numba, torch"):
+        compose("+experiment=smoke")
+    with pytest.raises(ConfigError, match="DISTGNN_KERNELS='cuda'"):
         ops.uses_numba(torch.zeros(1))
+    monkeypatch.setenv(ops.KERNELS_ENV, "numba")
+    with pytest.raises(ConfigError, match="DISTGNN_KERNELS=numba runs CPU kernels only"):
+        compose("+experiment=smoke", "train.device=cuda")
 
 
 def forward_backward(model, run):
@@ -121,20 +127,56 @@ def assert_same(pair):
         torch.testing.assert_close(x, y, **TOL)
 
 
-@pytest.fixture(scope="module")
-def batch():
+def sampled_batch():
+    """A hop-ordered batch of a toy graph (two hops, 32 seeds)."""
     data = toy_graph(num_nodes=400, seed=1)
     return next(iter(ToyLoader(data, [4, 3], torch.arange(64), batch_size=32, seed=0)))
 
 
+def model_of(name: str, width: int, hidden: int = 16, out: int = 3):
+    cfg = ModelConfig(name=name, hidden_channels=hidden, num_layers=2, dropout=0.0, heads=2)
+    return build_model(cfg, width, out)
+
+
+def hetero_case():
+    """(toy hetero graph, a 2-layer HeteroSAGE, its inputs with embedding rows)."""
+    data = toy_hetero()
+    torch.manual_seed(4)
+    widths = {"paper": data["paper"].x.size(1), "author": 5}
+    model = HeteroSAGE(data.metadata(), widths, 16, 3, 2)
+    ids = {t: torch.arange(data[t].num_nodes) for t in data.node_types}
+    emb = NodeEmbeddings({"author": data["author"].num_nodes}, 5)
+    x = emb.fill({"paper": data["paper"].x}, ids)
+    return data, model, {t: v.detach() for t, v in x.items()}
+
+
+def layerwise_case(kind: str):
+    """(graph, model) of each shape layer-wise inference takes: every homogeneous model, one
+    whose every layer narrows (it reads projections), a hetero classifier, a link encoder."""
+    torch.manual_seed(3)
+    if kind == "hetero":
+        data, gnn, _ = hetero_case()
+        emb = NodeEmbeddings({"author": data["author"].num_nodes}, 5)
+        return data, HeteroNodeClassifier(gnn, emb, "paper")
+    data = toy_graph(200)
+    if kind == "link":
+        return data, LinkPredictor(
+            SampledGNN("sage", data.x.size(1), 16, 16, 2), Decoder("dot", 16)
+        )
+    if kind == "narrow":
+        return data, SampledGNN("sage", data.x.size(1), 4, 3, 3)
+    return data, model_of(kind, data.x.size(1))
+
+
+LAYERWISE_KINDS = ["sage", "gcn", "gat", "mlp", "narrow", "hetero", "link"]
+
+
 @pytest.mark.parametrize("name", ["sage", "gcn", "gat", "mlp"])
 @pytest.mark.parametrize("hidden", [4, 32])  # narrower than the input (project first), wider
-def test_models_forward_backward_equal(monkeypatch, batch, name, hidden):
-    from app.config import ModelConfig
-
+def test_models_forward_backward_equal(monkeypatch, name, hidden):
+    batch = sampled_batch()
     torch.manual_seed(0)
-    cfg = ModelConfig(name=name, hidden_channels=hidden, num_layers=2, dropout=0.0, heads=2)
-    model = build_model(cfg, batch.x.size(1), 3).train()
+    model = model_of(name, batch.x.size(1), hidden).train()
     counts = (batch.num_sampled_nodes, batch.num_sampled_edges)
     assert_same(both(monkeypatch, lambda: forward_backward(
         model, lambda m: m(batch.x, batch.edge_index, *counts)[: batch.batch_size])))  # fmt: skip
@@ -143,17 +185,9 @@ def test_models_forward_backward_equal(monkeypatch, batch, name, hidden):
 
 
 def test_hetero_sage_forward_backward_equal(monkeypatch):
-    data = toy_hetero()
-    torch.manual_seed(4)
-    widths = {"paper": data["paper"].x.size(1), "author": 5}
-    model = HeteroSAGE(data.metadata(), widths, 16, 3, 2).train()
-    ids = {t: torch.arange(data[t].num_nodes) for t in data.node_types}
-    x = NodeEmbeddings({"author": data["author"].num_nodes}, 5).fill(
-        {"paper": data["paper"].x}, ids
-    )
-    x = {t: v.detach() for t, v in x.items()}
+    data, model, x = hetero_case()
     assert_same(both(monkeypatch, lambda: forward_backward(
-        model, lambda m: m(x, data.edge_index_dict)["paper"])))  # fmt: skip
+        model.train(), lambda m: m(x, data.edge_index_dict)["paper"])))  # fmt: skip
 
 
 def test_block_reads_split_rows_on_both_paths(monkeypatch):
@@ -165,30 +199,9 @@ def test_block_reads_split_rows_on_both_paths(monkeypatch):
     torch.testing.assert_close(a, block.mean(h), **TOL)
 
 
-@pytest.mark.parametrize("kind", ["sage", "gcn", "gat", "mlp", "narrow", "hetero", "link"])
+@pytest.mark.parametrize("kind", LAYERWISE_KINDS)
 def test_layerwise_logits_equal(monkeypatch, kind):
-    torch.manual_seed(3)
-    if kind == "hetero":
-        data = toy_hetero()
-        widths = {"paper": data["paper"].x.size(1), "author": 5}
-        gnn = HeteroSAGE(data.metadata(), widths, 16, 3, 2)
-        emb = NodeEmbeddings({"author": data["author"].num_nodes}, 5)
-        model = HeteroNodeClassifier(gnn, emb, "paper")
-    else:
-        data = toy_graph(200)
-        if kind == "link":
-            enc = SampledGNN("sage", data.x.size(1), 16, 16, 2)
-            model = LinkPredictor(enc, Decoder("dot", 16))
-        elif kind == "narrow":  # every SAGE layer narrows: layer-wise reads projections
-            model = SampledGNN("sage", data.x.size(1), 4, 3, 3)
-        else:
-            model = build_model_of(kind, data.x.size(1))
+    data, model = layerwise_case(kind)
     view = local_view(data)
     a, b = both(monkeypatch, lambda: layerwise_logits(model, view, 37))
     torch.testing.assert_close(a, b, **TOL)
-
-
-def build_model_of(kind: str, width: int):
-    from app.config import ModelConfig
-
-    return build_model(ModelConfig(name=kind, hidden_channels=16, num_layers=2, heads=2), width, 3)

@@ -12,16 +12,13 @@ follows its inputs.
 
 from __future__ import annotations
 
-import os
 from types import ModuleType
 
 from torch import Tensor
 
+from app.config import KERNELS_ENV, kernels_forced
 from app.model.ops import numba_cpu, torch_any
 from app.model.ops.numba_cpu import LINE_FLOATS
-
-KERNELS_ENV = "DISTGNN_KERNELS"
-CHOICES = ("numba", "torch")
 
 __all__ = [
     "KERNELS_ENV",
@@ -37,19 +34,9 @@ __all__ = [
 ]
 
 
-def forced() -> str:
-    """`DISTGNN_KERNELS` ('' when unset), refused in one line when it names no kernel set."""
-    mode = os.environ.get(KERNELS_ENV, "").strip().lower()
-    if mode and mode not in CHOICES:
-        raise ValueError(
-            f"{KERNELS_ENV}={mode!r}: expected numba, torch or unset (chosen by device)"
-        )
-    return mode
-
-
 def uses_numba(t: Tensor) -> bool:
     """Whether an operation on `t` runs the numba kernels (see the module docstring)."""
-    mode = forced()
+    mode = kernels_forced()
     if t.device.type == "cpu":
         return mode != "torch"
     if mode == "numba":
@@ -113,5 +100,5 @@ def row_argmax(rows: Tensor) -> Tensor:
 
 def warm() -> None:
     """Load (or compile) the CPU kernels once per process, unless torch is forced."""
-    if forced() != "torch":
+    if kernels_forced() != "torch":
         numba_cpu.warm()
