@@ -198,8 +198,8 @@ class DistLoader:
             )
         threads = num_rpc_threads or DEFAULT_RPC_THREADS
         if given.is_derived:  # the launcher (or the caller) owns RPC and the sampler processes
-            rpc.init_rpc(self.ctx, master_addr, int(master_port), self.rpc_timeout, init_timeout,
-                         threads)  # fmt: skip
+            rpc.init_rpc(self.ctx, master_addr, int(master_port), threads,
+                         timeout_s=self.rpc_timeout, init_timeout_s=init_timeout)  # fmt: skip
             return None
         root = None if self.graph_store.root is None else str(self.graph_store.root)
         return workers.join(self.ctx, root, master_addr, int(master_port), self.rpc_timeout,
@@ -423,16 +423,25 @@ def _release(
 _PYG_ONLY = {  # PyG / DataLoader arguments with no meaning here, and why
     "collate_fn": "batches are built by the sampler",
     "worker_init_fn": "sampler processes are started by the loader (see workers.join)",
-    "pin_memory": "pass device=... (batches are moved there)",
-    "persistent_workers": "sampler processes always persist until close()",
     "prefetch_factor": "pass concurrency=... (batches in flight)",
     "is_sorted": "partitions are stored sorted (CSC)",
     "directed": "use subgraph_type='directional'",
 }
 
 
+# DataLoader arguments PyG's examples pass: accepted where they describe what happens here,
+# one warning line where they ask for what cannot happen (never silently dropped).
+_ACCEPTED = {
+    "persistent_workers": (True, "sampler processes persist until close() whatever this says"),
+    "pin_memory": (False, "batches are not pinned; pass device=... to move them"),
+}
+
+
 def _refuse(unknown: dict[str, Any], channel: Any, worker_names: Any, dist_sampler: Any) -> None:
     """One line for every argument this loader cannot honour (never silently ignored)."""
+    for name, (meant, why) in _ACCEPTED.items():
+        if name in unknown and bool(unknown.pop(name)) != meant:
+            log.warning("%s=%s has no effect: %s", name, not meant, why)
     for name in unknown:
         why = _PYG_ONLY.get(name, "not an argument of PyG's distributed loaders or of this one")
         raise TypeError(f"{name}={unknown[name]!r} is not supported: {why}")
