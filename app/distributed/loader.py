@@ -77,6 +77,17 @@ class _InSlot:
         return self.ring.attach(data, self.slot)
 
 
+class _Channel:
+    """What PyG's tests ask of a loader's channel after an epoch: is anything still pending."""
+
+    def __init__(self, loader: DistLoader) -> None:
+        self._loader = loader
+
+    def empty(self) -> bool:
+        ahead = self._loader._ahead
+        return not self._loader._window and not (ahead and ahead[1])
+
+
 class DistLoader:
     """Shared machinery: stores, RPC group, sampler spec, batching, the in-flight window.
 
@@ -170,6 +181,7 @@ class DistLoader:
         )
         self._warming = self._prepare_samplers()
         self._ahead: tuple[int, deque] | None = None  # (epoch, batches) started by `prefetch`
+        self._window: deque = deque()  # the current epoch's batches in flight
 
     def _prepare_samplers(self) -> list[rpc.PendingCall]:
         """Have every sampler build what its first batches need (`DistNeighborSampler.prepare`)
@@ -234,6 +246,20 @@ class DistLoader:
         n = self._num_inputs()
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
+    @property
+    def dist_sampler(self) -> DistNeighborSampler:
+        """PyG's name of the sampler."""
+        return self.sampler
+
+    @property
+    def channel(self) -> _Channel:
+        """PyG's message channel, read-only: `empty()` says no batch is in flight (batches come
+        back by RPC / shared memory here, so there is no queue to pass in)."""
+        return _Channel(self)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(pid={os.getpid()})"
+
     def __iter__(self) -> Iterator[Any]:
         epoch, batches = self.epoch, self._epoch_batches()
         self.epoch += 1
@@ -291,7 +317,7 @@ class DistLoader:
     def _pipeline(self, batches: list[Tensor], epoch: int) -> Iterator[Any]:
         """Keep up to `concurrency` batches in flight (with `async_sampling=False`, one,
         requested when the previous one is taken); yield them in order."""
-        window = self._prefetched(epoch)
+        window = self._window = self._prefetched(epoch)
         todo = iter(enumerate(batches))
         for _ in range(len(window)):  # started by `prefetch`
             next(todo)
@@ -623,7 +649,8 @@ class DistLinkNeighborLoader(DistLoader):
         """(edge type or None, [2, E] links) from PyG's forms; refuses a mismatch with the graph."""
         hetero = self.graph_store.is_hetero
         if isinstance(edge_label_index, tuple) and len(edge_label_index) == 2:
-            edge_type, edges = tuple(edge_label_index[0]), edge_label_index[1]
+            head, edges = edge_label_index  # (None, ids): PyG's homogeneous form
+            edge_type = None if head is None else tuple(head)
         else:
             edge_type, edges = None, edge_label_index
         if edges is None:
