@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import errno
 import itertools
-from abc import ABC, abstractmethod
 import logging
 import socket
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
 

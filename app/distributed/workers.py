@@ -78,7 +78,9 @@ def run_sampler(
                 break
     finally:
         graceful = 0.0 if failed.is_set() else init_timeout_s
-        clean = rpc.shutdown_rpc(graceful_timeout_s=graceful) if graceful else rpc.shutdown_rpc_now()
+        clean = (
+            rpc.shutdown_rpc(graceful_timeout_s=graceful) if graceful else rpc.shutdown_rpc_now()
+        )
         shm.remove_own()
     log.info(
         "%s: served partition %d, exiting (%s)",
