@@ -58,7 +58,7 @@ PYG_COMMIT   ?= 5c6461b2305ad068a6d61165b3c55852a11aaa41
 compat-pyg: install  ## opt-in: PyG's test/distributed against app.distributed (needs PYG_GIT=<bare clone of pytorch_geometric>)
 	@test -n "$(PYG_GIT)" || { echo "compat-pyg: set PYG_GIT to a bare clone: git clone --bare https://github.com/pyg-team/pytorch_geometric"; exit 2; }
 	@test -r "$(PEER_HARNESS)" || { echo "compat-pyg: harness not found: $(PEER_HARNESS) (set PEER_HARNESS)"; exit 2; }
-	PYG_GIT=$(PYG_GIT) PEER_METIS_GATE=force PEER_PATCH_LOAD=1 PEER_PATCH_WARN=1 \
+	PYG_GIT=$(PYG_GIT) PEER_METIS_GATE=force PEER_PATCH_LOAD=1 \
 	PEER_TIMEOUT=$${PEER_TIMEOUT:-90} PEER_CLEAN=$${PEER_CLEAN:-1} \
 	bash $(PEER_HARNESS) $(CURDIR)/$(BIN)/python app.distributed $(PYG_COMMIT)
 
