@@ -158,3 +158,26 @@ def test_init_rpc_refuses_worker_names():
         rpc.init_rpc(ctx, "127.0.0.1", 1, rpc_worker_names={"w": ["a"]})
     with pytest.raises(RuntimeError, match="rpc_register needs RPC"):
         rpc.rpc_register(None)
+
+
+def test_event_loop_runs_tasks_and_reports_failures():
+    from app.distributed.event_loop import ConcurrentEventLoop
+
+    loop = ConcurrentEventLoop(2)
+    loop.start_loop()
+
+    async def double(v: int) -> int:
+        return 2 * v
+
+    async def fail() -> None:
+        raise KeyError("boom")
+
+    got: list[int] = []
+    assert loop.run_task(double(4)) == 8
+    for v in range(3):
+        loop.add_task(double(v), got.append)
+    loop.add_task(fail())
+    with pytest.raises(KeyError, match="boom"):
+        loop.wait_all()
+    assert sorted(got) == [0, 2, 4]
+    loop.close()
