@@ -96,7 +96,7 @@ class LocalGraphStore(GraphStore):
 
     @classmethod
     def from_data(
-        cls, edge_id: Tensor, edge_index: Tensor, num_nodes: int, is_sorted: bool = False
+        cls, edge_id: Tensor | None, edge_index: Tensor, num_nodes: int, is_sorted: bool = False
     ) -> LocalGraphStore:
         """A one-partition store over a whole homogeneous graph (global ids = local ids)."""
         store = cls()
@@ -118,7 +118,7 @@ class LocalGraphStore(GraphStore):
         store = cls()
         for et, ei in edge_index_dict.items():
             size = (num_nodes_dict[et[0]], num_nodes_dict[et[2]])
-            store._put_coo(et, ei, edge_id_dict[et], size[1], size, is_sorted)
+            store._put_coo(et, ei, (edge_id_dict or {}).get(et), size[1], size, is_sorted)
         store.node_pb = {
             t: DictPartitionBook(torch.zeros(n, dtype=torch.int64), 1)
             for t, n in num_nodes_dict.items()
@@ -145,14 +145,17 @@ class LocalGraphStore(GraphStore):
         is_sorted: bool,
     ) -> None:  # fmt: skip
         """PyG's from_data: the COO sorted by (destination, source) unless `is_sorted`, as given
-        to PyG; the sampler's CSC keeps each column in the caller's edge order."""
+        to PyG; the sampler's CSC keeps each column in the caller's edge order. Without edge
+        ids (PyG allows None) the sampler numbers edges by their position."""
+        eid = torch.arange(edge_index.size(1)) if edge_id is None else edge_id
         self._csc[key] = dict(zip(("colptr", "row", "edge_id"),
-                                  _to_csc(edge_index, edge_id, num_dst, is_sorted), strict=True))  # fmt: skip
+                                  _to_csc(edge_index, eid, num_dst, is_sorted), strict=True))  # fmt: skip
         if not is_sorted:
             edge_index, edge_id = sort_edge_index(edge_index, edge_id, sort_by_row=False)
         attr = EdgeAttr(key, EdgeLayout.COO, is_sorted=True, size=size)
         self._edge_index[(key, "coo")], self._edge_attr[(key, "coo")] = edge_index, attr
-        self._edge_id[(key, "coo")] = edge_id
+        if edge_id is not None:
+            self._edge_id[(key, "coo")] = edge_id
 
     # -- what the sampler uses ----------------------------------------------------------------
 
@@ -336,7 +339,8 @@ class LocalGraphStore(GraphStore):
         key = self.key(self._edge_attr_cls.cast(*args, **kwargs))
         if key in self._edge_id:
             return self._edge_id[key]
-        if not self._has(key[0]):
+        put = dict.__contains__(self._edge_index, key) and key not in self._edge_index.made
+        if put or not self._has(key[0]):  # a layout put without ids has none (PyG's None)
             return None
         eid = self.csc(key[0])["edge_id"]
         if key[1] != "csr":

@@ -78,6 +78,9 @@ def test_graph_store_from_data_is_pyg_sorted():
     assert gs.get_edge_id(None, "coo").tolist() == [0, 1, 2, 3, 4]
     attr = gs.get_all_edge_attrs()[0]
     assert (attr.layout.value, attr.is_sorted, attr.size) == ("coo", True, (8, 8))
+    bare = pyg_dist.LocalGraphStore.from_data(None, ei, num_nodes=8)  # PyG allows no edge ids
+    assert bare.get_edge_id(None, "coo") is None  # as PyG; the sampler numbers by position
+    assert bare.csc()["edge_id"].tolist() == [0, 2, 1, 4, 3]
 
 
 def test_feature_store_rows_as_given_by_global_id():
