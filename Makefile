@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 EXP     ?= products_homo
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-fast test-gpu lint format bench bench-products bench-gpu ui ui-check clean chaos
+.PHONY: help install run test test-fast test-gpu lint format bench bench-products bench-gpu ui ui-check clean chaos compat-pyg
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -51,6 +51,19 @@ chaos: install  ## fault injection: CHAOS_N random CHAOS_SIGNALS (KILL,STOP,TERM
 	DISTGNN_CHAOS_TRIALS=$(CHAOS_N) DISTGNN_CHAOS_SIGNALS=$(CHAOS_SIGNALS) \
 	DISTGNN_CHAOS_REPORT=outputs/chaos/trials.json $(BIN)/python -m pytest tests/chaos -s
 	$(BIN)/python -m pytest tests -m long
+
+# PyG's own tests of torch_geometric.distributed (test/distributed at PYG_COMMIT, taken from a
+# bare clone PYG_GIT into a temp dir, never into this repo) with their imports rewritten to
+# app.distributed. METIS gate forced: our Partitioner brings its own METIS (pymetis). Tests
+# that use pyg-lib as their reference sampler fail without it (docs/pyg-compat.md).
+PEER_HARNESS ?= $(CURDIR)/../shared/peer/run_peer_dist_tests.sh
+PYG_COMMIT   ?= 5c6461b2305ad068a6d61165b3c55852a11aaa41
+compat-pyg: install  ## opt-in: PyG's test/distributed against app.distributed (needs PYG_GIT=<bare clone of pytorch_geometric>)
+	@test -n "$(PYG_GIT)" || { echo "compat-pyg: set PYG_GIT to a bare clone: git clone --bare https://github.com/pyg-team/pytorch_geometric"; exit 2; }
+	@test -r "$(PEER_HARNESS)" || { echo "compat-pyg: harness not found: $(PEER_HARNESS) (set PEER_HARNESS)"; exit 2; }
+	PYG_GIT=$(PYG_GIT) PEER_METIS_GATE=force PEER_PATCH_LOAD=1 \
+	PEER_TIMEOUT=$${PEER_TIMEOUT:-90} PEER_CLEAN=$${PEER_CLEAN:-1} \
+	bash $(PEER_HARNESS) $(CURDIR)/$(BIN)/python app.distributed $(PYG_COMMIT)
 
 bench: install  ## benchmarks: table on stdout, records in outputs/bench/results.json
 	$(BIN)/python -m bench

@@ -42,6 +42,12 @@ def register(feature_store: Any, graph_store: Any, router: Any) -> None:
     _service.update(fs=feature_store, gs=graph_store, router=router)
 
 
+def serve_features(feature_store: Any, router: Any) -> None:
+    """Make this process answer feature requests from `feature_store` (PyG's
+    `set_rpc_router`: a process that holds features but no graph)."""
+    _service.update(fs=feature_store, router=router)
+
+
 def stores() -> tuple[Any, Any]:
     """(LocalFeatureStore, LocalGraphStore) this process serves."""
     if "gs" not in _service:
@@ -54,4 +60,5 @@ def router() -> Any:
 
 
 def feature_store() -> Any:
+    """The LocalFeatureStore this process serves, or None."""
     return _service.get("fs")

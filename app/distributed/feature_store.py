@@ -1,6 +1,11 @@
 """`LocalFeatureStore`: one partition's node features behind PyG's FeatureStore API, plus the
 distributed lookup that merges local rows with rows fetched from their owners.
 
+PyG's surface: `from_data` / `from_hetero_data` (PyG's signatures, rows kept as given),
+`put_global_id` / `get_global_id` / `get_local_id`, edge features under edge-type groups
+(`(None, None)` when homogeneous), and node `time` as PyG keeps it: one value per node of the
+whole graph, indexed by global id (such attributes are read by id, never fetched by RPC).
+
 Rows are stored as in the partition files — owned global ids sorted ascending, features in the
 same order, memory-mapped — so global → row is one vectorised `searchsorted`, and a lookup
 copies only the requested rows. `fetch` issues one batched RPC per remote partition, all before
@@ -29,7 +34,7 @@ from app.distributed.routing import Positions, merge_rows, route, split_by_owner
 from app.partition.book import DictPartitionBook, PartitionBook
 from app.partition.reader import PartitionData, load_partition
 
-Group = str | None  # node type (None when homogeneous)
+Group = Any  # node type (None when homogeneous) or edge type ((None, None) when homogeneous)
 Alloc = Callable[[str, tuple, np.dtype], np.ndarray]  # (attr name, shape, dtype) -> output array
 
 
@@ -84,11 +89,15 @@ class LocalFeatureStore(FeatureStore):
         super().__init__(tensor_attr_cls=LocalTensorAttr)
         self._feat: dict[tuple[Group, str], Tensor] = {}
         self._global_id: dict[Group, Tensor] = {}
+        self._by_id: set[tuple[Group, str]] = set()  # attributes indexed by global id (time)
         self.num_partitions = 1
         self.partition_idx = 0
         self.node_feat_pb: PartitionBook | dict[str, PartitionBook] | None = None
         self.edge_feat_pb: Tensor | dict[Any, Tensor] | None = None  # edge → part (PyG's name)
         self.meta: dict[str, Any] = {"is_hetero": False}
+        self.labels: Tensor | dict[str, Tensor] | None = None  # PyG's; the loader reads y
+        self.local_only = False  # PyG's: True when this store never serves peers
+        self.rpc_call_id: int | None = None  # PyG's; features are served by endpoint name here
         self.router: rpc.RPCRouter | None = None
         self.remote_rows = 0  # rows fetched by RPC so far (statistics)
         self.remote_bytes = 0
@@ -110,6 +119,8 @@ class LocalFeatureStore(FeatureStore):
 
     @classmethod
     def from_partition_data(cls, part: PartitionData) -> LocalFeatureStore:
+        """The part's node rows; node `time` of the whole graph (PyG's); edge ids, features and
+        times of the owned edges; labels (`y`) last, as PyG lists attributes without them."""
         store = cls()
         store.num_partitions, store.partition_idx, store.meta = (
             part.num_parts,
@@ -119,46 +130,140 @@ class LocalFeatureStore(FeatureStore):
         store.node_feat_pb = part.book
         store.edge_feat_pb = load_edge_map(part)
         store.root = part.root
-        groups = part.node_feats.items() if part.is_hetero else [(None, part.node_feats)]
-        for group, nf in groups:
+        hetero = part.is_hetero
+        node_time = (part.node_time if hetero else {None: part.node_time}) if (
+            part.node_time is not None) else {}  # fmt: skip
+        labels = []
+        for group, nf in part.node_feats.items() if hetero else [(None, part.node_feats)]:
             store._global_id[group] = nf["global_id"]
             for name, tensor in nf.get("feats", {}).items():
+                if name == "y":
+                    labels.append((group, tensor))
+                else:
+                    store._feat[(group, name)] = tensor
+            time = node_time.get(group)
+            if time is None and nf.get("time") is not None:
+                time = nf["time"]  # PyG's own partitions keep every node's time here
+            if time is not None:
+                store._feat[(group, "time")] = time
+                store._by_id.add((group, "time"))
+        edges = part.edge_feats.items() if hetero else [((None, None), part.edge_feats)]
+        for group, ef in edges:
+            if not ef or "global_id" not in ef:
+                continue
+            store._global_id[group] = ef["global_id"]
+            for name, tensor in ef.get("feats", {}).items():
                 store._feat[(group, name)] = tensor
-            if nf.get("time") is not None:
-                store._feat[(group, "time")] = nf["time"]
+            if ef.get("edge_time") is not None:
+                store._feat[(group, "edge_time")] = ef["edge_time"]
+        for group, y in labels:
+            store._feat[(group, "y")] = y
         return store
 
     @classmethod
     def from_data(
-        cls, node_id: Tensor, x: Tensor | None = None, y: Tensor | None = None, **_: Any
+        cls,
+        node_id: Tensor,
+        x: Tensor | None = None,
+        y: Tensor | None = None,
+        edge_id: Tensor | None = None,
+        edge_attr: Tensor | None = None,
     ) -> LocalFeatureStore:
-        """A one-partition store over homogeneous tensors (`node_id`: their global ids)."""
-        return cls.from_hetero_data({None: node_id}, {None: x}, {None: y}, hetero=False)
+        """PyG's: a one-partition store over homogeneous tensors, rows as given (`node_id` /
+        `edge_id`: their global ids; edge features live under group `(None, None)`)."""
+        if edge_attr is not None and edge_id is None:
+            raise ValueError("'edge_id' needs to be present in case 'edge_attr' is passed")
+        store = cls._of({None: node_id}, {None: x}, {None: y}, hetero=False)
+        if edge_id is not None:
+            store.put_global_id(edge_id, group_name=(None, None))
+        if edge_attr is not None:
+            store.put_tensor(edge_attr, group_name=(None, None), attr_name="edge_attr")
+        return store
 
     @classmethod
     def from_hetero_data(
         cls,
         node_id_dict: dict[Any, Tensor],
-        x_dict: dict[Any, Tensor | None] | None = None,
-        y_dict: dict[Any, Tensor | None] | None = None,
-        hetero: bool = True,
-        **_: Any,
+        x_dict: dict[Any, Tensor] | None = None,
+        y_dict: dict[Any, Tensor] | None = None,
+        edge_id_dict: dict[Any, Tensor] | None = None,
+        edge_attr_dict: dict[Any, Tensor] | None = None,
     ) -> LocalFeatureStore:
-        """A one-partition store over per-type tensors (rows sorted by global id on the way)."""
+        """PyG's: a one-partition store over per-type tensors, rows as given."""
+        missing = [et for et in edge_attr_dict or {} if et not in (edge_id_dict or {})]
+        if missing:
+            raise ValueError(f"'edge_id' needs to be present in case 'edge_attr' is passed "
+                             f"(edge types {missing})")  # fmt: skip
+        store = cls._of(node_id_dict, x_dict or {}, y_dict or {}, hetero=True)
+        for et, eid in (edge_id_dict or {}).items():
+            store.put_global_id(eid, group_name=et)
+        for et, attr in (edge_attr_dict or {}).items():
+            store.put_tensor(attr, group_name=et, attr_name="edge_attr")
+        return store
+
+    @classmethod
+    def _of(cls, ids: dict, xs: dict, ys: dict, hetero: bool) -> LocalFeatureStore:
+        """Node ids and x / y per group (PyG's order: every x, then every y)."""
         store = cls()
-        for group, ids in node_id_dict.items():
-            order = torch.argsort(ids)
-            store._global_id[group] = ids[order]
-            for name, d in (("x", x_dict or {}), ("y", y_dict or {})):
-                if d.get(group) is not None:
-                    store._feat[(group, name)] = d[group][order]
+        for group, gid in ids.items():
+            store.put_global_id(gid, group_name=group)
+        for name, d in (("x", xs), ("y", ys)):
+            for group, value in d.items():
+                if value is not None:
+                    store._feat[(group, name)] = value
         books = {
-            g: DictPartitionBook(torch.zeros(int(i.max()) + 1, dtype=torch.int64), 1)
-            for g, i in node_id_dict.items()
-        }
+            g: DictPartitionBook(torch.zeros(int(i.max()) + 1 if i.numel() else 0,
+                                             dtype=torch.int64), 1)
+            for g, i in ids.items()
+        }  # fmt: skip
         store.node_feat_pb = books if hetero else books[None]
         store.meta = {"num_parts": 1, "is_hetero": hetero}
         return store
+
+    def put_global_id(self, global_id: Tensor, group_name: Group) -> bool:
+        """PyG's: the global ids of a group's rows (any order; rows stay as put)."""
+        self._global_id[group_name] = global_id
+        self._forget(group_name)
+        return True
+
+    def remove_global_id(self, group_name: Group) -> bool:
+        self._forget(group_name)
+        return self._global_id.pop(group_name, None) is not None
+
+    def get_local_id(self, group_name: Group, global_id: Tensor) -> Tensor:
+        """Row of each owned global id (an id this store does not hold: KeyError naming it)."""
+        ids = torch.as_tensor(global_id)
+        return torch.from_numpy(self.local_rows(ids.numpy(), group_name)).to(torch.int64)
+
+    def _forget(self, group: Group) -> None:
+        self._views.clear()
+        self._starts.pop(group, None)
+        self._row_maps.pop(group, None)
+
+    def set_rpc_router(self, rpc_router: rpc.RPCRouter | None) -> None:
+        """PyG's: route remote lookups with `rpc_router`, and serve this store's rows to peers
+        (unless `local_only`)."""
+        if not self.local_only and rpc_router is None:
+            raise ValueError("An RPC router must be provided")
+        self.router = rpc_router
+        if not self.local_only:
+            from app.distributed import endpoints
+
+            endpoints.serve_features(self, rpc_router)
+
+    @property
+    def rpc_router(self) -> rpc.RPCRouter | None:
+        """PyG's name of `router`."""
+        return self.router
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.update(_cache_lock=None, _views={}, _starts={}, _row_maps={}, cache=None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._cache_lock = threading.Lock()
 
     # -- local rows ---------------------------------------------------------------------------
 
@@ -170,6 +275,7 @@ class LocalFeatureStore(FeatureStore):
         return [name for g, name in self._feat if g == group]
 
     def get_global_id(self, group_name: Group = None) -> Tensor | None:
+        """PyG's: global ids of a group's rows (node type, or edge type for edge features)."""
         return self._global_id.get(group_name)
 
     def local_rows(self, ids: np.ndarray, group: Group = None) -> np.ndarray:
@@ -202,6 +308,7 @@ class LocalFeatureStore(FeatureStore):
         if group not in self._starts:
             gid = self._numpy(self._global_id, group)
             whole = gid.size and int(gid[-1]) - int(gid[0]) + 1 == gid.size
+            whole = whole and bool((np.diff(gid) == 1).all())  # rows put in any order
             self._starts[group] = int(gid[0]) if whole else None
         return self._starts[group]
 
@@ -230,20 +337,27 @@ class LocalFeatureStore(FeatureStore):
         attrs: Sequence[str],
         alloc: Alloc | None = None,
     ) -> dict[str, Tensor]:
-        """Rows of `attrs` for owned `ids`, in request order (copies only these rows, once)."""
-        rows = self.local_rows(np.asarray(ids), group)
+        """Rows of `attrs` for owned `ids`, in request order (copies only these rows, once);
+        attributes kept by global id (time) are read at `ids` themselves."""
+        ids = np.asarray(ids)
+        by_row = [a for a in attrs if (group, a) not in self._by_id]
+        rows = self.local_rows(ids, group) if by_row else None
         out = {}
         for a in attrs:
             feat = self._numpy(self._feat, (group, a))
-            dest = (alloc or _empty)(a, (rows.size, *feat.shape[1:]), feat.dtype)
-            out[a] = torch.from_numpy(np.take(feat, rows, axis=0, out=dest))
+            at = ids if (group, a) in self._by_id else rows
+            dest = (alloc or _empty)(a, (at.size, *feat.shape[1:]), feat.dtype)
+            out[a] = torch.from_numpy(np.take(feat, at, axis=0, out=dest))
         return out
 
     def owner(self, ids: np.ndarray, group: Group = None) -> np.ndarray:
-        """Owning partition of each global id (numpy in and out)."""
+        """Owning partition of each global id (numpy in and out); edge-type groups route by
+        the edge map."""
         if self.num_partitions == 1:
             return np.full(ids.shape, self.partition_idx, np.int64)
-        return owner_of(self.node_feat_pb[group] if self.is_hetero else self.node_feat_pb, ids)
+        edge = isinstance(group, tuple)
+        book = self.edge_feat_pb if edge else self.node_feat_pb
+        return owner_of(book[group] if self.is_hetero else book, ids)
 
     # -- halo cache ---------------------------------------------------------------------------
 
@@ -299,6 +413,11 @@ class LocalFeatureStore(FeatureStore):
         memory).
         """
         attrs = list(self.attr_names(group) if attrs is None else attrs)
+        by_id = [a for a in attrs if (group, a) in self._by_id]
+        if by_id:  # every partition holds these whole: no RPC
+            rest = [a for a in attrs if a not in by_id]
+            out = self.local_get(ids.numpy(), group, by_id, alloc)
+            return {**out, **(self.fetch(ids, group, rest, cache, alloc) if rest else {})}
         if not attrs:
             return {}
         ids_np = ids.numpy()
@@ -350,12 +469,15 @@ class LocalFeatureStore(FeatureStore):
     def lookup_features(
         self, index: Tensor, is_node_feat: bool = True, input_type: Group = None
     ) -> torch.futures.Future:
-        """PyG's API: a completed future of the `x` rows of global `index` (request order)."""
-        if not is_node_feat:
-            raise NotImplementedError("edge features are not partitioned by this store")
+        """PyG's API: a completed future of the `x` rows (edge features: `edge_attr` rows) of
+        global `index`, in request order."""
+        if is_node_feat:
+            group, name = input_type, "x"
+        else:
+            group, name = (input_type if self.is_hetero else (None, None)), "edge_attr"
         fut: torch.futures.Future = torch.futures.Future()
         try:
-            fut.set_result(self.fetch(index, input_type, ["x"])["x"])
+            fut.set_result(self.fetch(index, group, [name])["x" if is_node_feat else name])
         except Exception as err:
             fut.set_exception(err)
         return fut
@@ -364,6 +486,7 @@ class LocalFeatureStore(FeatureStore):
 
     def _put_tensor(self, tensor: Tensor, attr: TensorAttr) -> bool:
         self._views.clear()
+        self._by_id.discard((attr.group_name, attr.attr_name))
         self._feat[(attr.group_name, attr.attr_name)] = tensor
         return True
 
@@ -375,6 +498,7 @@ class LocalFeatureStore(FeatureStore):
 
     def _remove_tensor(self, attr: TensorAttr) -> bool:
         self._views.clear()
+        self._by_id.discard((attr.group_name, attr.attr_name))
         return self._feat.pop((attr.group_name, attr.attr_name), None) is not None
 
     def _get_tensor_size(self, attr: TensorAttr) -> tuple[int, ...] | None:
@@ -390,4 +514,4 @@ class LocalFeatureStore(FeatureStore):
         if attr.index is None:
             raise ValueError("get_tensor_from_global_id needs index=<global node ids>")
         name = attr.attr_name
-        return self.local_get(torch.as_tensor(attr.index), attr.group_name, [name])[name]
+        return self.local_get(torch.as_tensor(attr.index).numpy(), attr.group_name, [name])[name]

@@ -77,6 +77,17 @@ class _InSlot:
         return self.ring.attach(data, self.slot)
 
 
+class _Channel:
+    """What PyG's tests ask of a loader's channel after an epoch: is anything still pending."""
+
+    def __init__(self, loader: DistLoader) -> None:
+        self._loader = loader
+
+    def empty(self) -> bool:
+        ahead = self._loader._ahead
+        return not self._loader._window and not (ahead and ahead[1])
+
+
 class DistLoader:
     """Shared machinery: stores, RPC group, sampler spec, batching, the in-flight window.
 
@@ -170,6 +181,7 @@ class DistLoader:
         )
         self._warming = self._prepare_samplers()
         self._ahead: tuple[int, deque] | None = None  # (epoch, batches) started by `prefetch`
+        self._window: deque = deque()  # the current epoch's batches in flight
 
     def _prepare_samplers(self) -> list[rpc.PendingCall]:
         """Have every sampler build what its first batches need (`DistNeighborSampler.prepare`)
@@ -198,8 +210,8 @@ class DistLoader:
             )
         threads = num_rpc_threads or DEFAULT_RPC_THREADS
         if given.is_derived:  # the launcher (or the caller) owns RPC and the sampler processes
-            rpc.init_rpc(self.ctx, master_addr, int(master_port), self.rpc_timeout, init_timeout,
-                         threads)  # fmt: skip
+            rpc.init_rpc(self.ctx, master_addr, int(master_port), threads,
+                         timeout_s=self.rpc_timeout, init_timeout_s=init_timeout)  # fmt: skip
             return None
         root = None if self.graph_store.root is None else str(self.graph_store.root)
         return workers.join(self.ctx, root, master_addr, int(master_port), self.rpc_timeout,
@@ -233,6 +245,20 @@ class DistLoader:
     def __len__(self) -> int:
         n = self._num_inputs()
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    @property
+    def dist_sampler(self) -> DistNeighborSampler:
+        """PyG's name of the sampler."""
+        return self.sampler
+
+    @property
+    def channel(self) -> _Channel:
+        """PyG's message channel, read-only: `empty()` says no batch is in flight (batches come
+        back by RPC / shared memory here, so there is no queue to pass in)."""
+        return _Channel(self)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(pid={os.getpid()})"
 
     def __iter__(self) -> Iterator[Any]:
         epoch, batches = self.epoch, self._epoch_batches()
@@ -291,7 +317,7 @@ class DistLoader:
     def _pipeline(self, batches: list[Tensor], epoch: int) -> Iterator[Any]:
         """Keep up to `concurrency` batches in flight (with `async_sampling=False`, one,
         requested when the previous one is taken); yield them in order."""
-        window = self._prefetched(epoch)
+        window = self._window = self._prefetched(epoch)
         todo = iter(enumerate(batches))
         for _ in range(len(window)):  # started by `prefetch`
             next(todo)
@@ -423,16 +449,25 @@ def _release(
 _PYG_ONLY = {  # PyG / DataLoader arguments with no meaning here, and why
     "collate_fn": "batches are built by the sampler",
     "worker_init_fn": "sampler processes are started by the loader (see workers.join)",
-    "pin_memory": "pass device=... (batches are moved there)",
-    "persistent_workers": "sampler processes always persist until close()",
     "prefetch_factor": "pass concurrency=... (batches in flight)",
     "is_sorted": "partitions are stored sorted (CSC)",
     "directed": "use subgraph_type='directional'",
 }
 
 
+# DataLoader arguments PyG's examples pass: accepted where they describe what happens here,
+# one warning line where they ask for what cannot happen (never silently dropped).
+_ACCEPTED = {
+    "persistent_workers": (True, "sampler processes persist until close() whatever this says"),
+    "pin_memory": (False, "batches are not pinned; pass device=... to move them"),
+}
+
+
 def _refuse(unknown: dict[str, Any], channel: Any, worker_names: Any, dist_sampler: Any) -> None:
     """One line for every argument this loader cannot honour (never silently ignored)."""
+    for name, (meant, why) in _ACCEPTED.items():
+        if name in unknown and bool(unknown.pop(name)) != meant:
+            log.warning("%s=%s has no effect: %s", name, not meant, why)
     for name in unknown:
         why = _PYG_ONLY.get(name, "not an argument of PyG's distributed loaders or of this one")
         raise TypeError(f"{name}={unknown[name]!r} is not supported: {why}")
@@ -614,7 +649,8 @@ class DistLinkNeighborLoader(DistLoader):
         """(edge type or None, [2, E] links) from PyG's forms; refuses a mismatch with the graph."""
         hetero = self.graph_store.is_hetero
         if isinstance(edge_label_index, tuple) and len(edge_label_index) == 2:
-            edge_type, edges = tuple(edge_label_index[0]), edge_label_index[1]
+            head, edges = edge_label_index  # (None, ids): PyG's homogeneous form
+            edge_type = None if head is None else tuple(head)
         else:
             edge_type, edges = None, edge_label_index
         if edges is None:

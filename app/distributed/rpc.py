@@ -10,6 +10,11 @@ address only). Three rules keep it from ever hanging:
   (timeout, dead peer, remote exception) into a `PeerError` naming the peer and partition;
 * shutdown: graceful (a barrier) with a bounded wait, then a local (ungraceful) shutdown, run in
   a helper thread so even a stuck agent cannot block the caller past the deadline.
+
+PyG's `torch_geometric.distributed.rpc` names are here too, on the same group: `init_rpc` /
+`shutdown_rpc` take PyG's arguments, and `rpc_is_initialized`, `rpc_register` + `rpc_async` /
+`rpc_sync` (calls registered by id), `global_all_gather`, `global_barrier` (its failure is
+raised, not logged and swallowed as in PyG) and `rpc_partition_to_workers` behave as PyG's.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import logging
 import socket
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -97,14 +103,27 @@ def _wait_for_master(addr: str, port: int, timeout_s: float) -> None:
 
 
 def init_rpc(
-    ctx: DistContext,
+    current_ctx: DistContext,
     master_addr: str,
     master_port: int,
+    num_rpc_threads: int = 32,
+    rpc_timeout: float | None = None,
+    rpc_worker_names: Any = None,
+    *,
     timeout_s: float = 60.0,
     init_timeout_s: float = 120.0,
-    num_threads: int = 32,
 ) -> None:
-    """Join the job's RPC group as `ctx.worker_name` (idempotent within a process)."""
+    """Join the job's RPC group as `ctx.worker_name` (idempotent within a process).
+
+    PyG's arguments: `num_rpc_threads`, `rpc_timeout` (seconds; our name `timeout_s`, the
+    default 60); `rpc_worker_names` must be empty (names come from the context).
+    `init_timeout_s` bounds the wait for the master.
+    """
+    if rpc_worker_names:
+        raise ValueError(f"rpc_worker_names={rpc_worker_names!r}: RPC names are derived from the "
+                         "DistContext; pass None")  # fmt: skip
+    ctx, num_threads = current_ctx, num_rpc_threads
+    timeout_s = float(rpc_timeout) if rpc_timeout is not None else timeout_s
     with _lock:
         if is_initialized():
             return
@@ -142,13 +161,21 @@ def init_rpc(
         log.info("%s joined the RPC group (%d processes)", ctx.worker_name, ctx.global_world_size)
 
 
-def shutdown_rpc(graceful_timeout_s: float = 30.0) -> bool:
+def shutdown_rpc(
+    id: Any = None, graceful: bool = True, timeout: float | None = None, *,
+    graceful_timeout_s: float = 30.0,
+) -> bool:  # fmt: skip
     """Leave the RPC group; True if every peer met the graceful barrier, False otherwise.
 
-    The graceful barrier waits at most `graceful_timeout_s` for every peer to arrive; if one
-    is gone it fails and the agent is shut down locally.
+    The graceful barrier waits at most `graceful_timeout_s` (PyG's `timeout`) for every peer to
+    arrive; if one is gone it fails and the agent is shut down locally. PyG's `id` is accepted
+    (there is one group per process); a number in its place is the timeout (our older call).
     """
-    return _shutdown(graceful=True, timeout_s=graceful_timeout_s)
+    if isinstance(id, int | float) and not isinstance(id, bool):
+        graceful_timeout_s = float(id)
+    if timeout is not None:
+        graceful_timeout_s = float(timeout)
+    return _shutdown(graceful=graceful, timeout_s=graceful_timeout_s)
 
 
 def shutdown_rpc_now() -> bool:
@@ -304,3 +331,92 @@ def call_partition(
 ) -> PendingCall:
     """Start `fn(*args)` on one of the workers holding `partition`."""
     return call_async(router.get_to_worker(partition), fn, args, partition)
+
+
+# -- PyG's call registry and collectives ---------------------------------------------------------
+
+
+def rpc_is_initialized() -> bool:
+    """PyG's: whether this process's RPC agent runs."""
+    return is_initialized() or _agent_running()
+
+
+def _require_agent(what: str) -> None:
+    if not rpc_is_initialized():
+        raise RuntimeError(f"{what} needs RPC: call init_rpc(...) first")
+
+
+def global_all_gather(obj: Any, timeout: float | None = None) -> dict[str, Any]:
+    """PyG's: {worker name: obj} of every process of the group (blocks until all call it)."""
+    _require_agent("global_all_gather")
+    if timeout is None:
+        return rpc.api._all_gather(obj)
+    return rpc.api._all_gather(obj, timeout=timeout)
+
+
+def global_barrier(timeout: float | None = None) -> None:
+    """PyG's: wait for every process of the group; a failure is raised (PyG logs and goes on)."""
+    global_all_gather(None, timeout)
+
+
+def rpc_partition_to_workers(
+    current_ctx: DistContext, num_partitions: int, current_partition_idx: int
+) -> list[list[str]]:
+    """PyG's: partition → names of the workers holding it, gathered from every process."""
+    table: list[list[str]] = [[] for _ in range(num_partitions)]
+    gathered = global_all_gather((str(current_ctx.role), num_partitions, current_partition_idx))
+    for name, (_, _, idx) in gathered.items():
+        table[idx].append(name)
+    return table
+
+
+class RPCCallBase(ABC):
+    """PyG's base of a call registered with `rpc_register` (runs on the callee)."""
+
+    @abstractmethod
+    def rpc_sync(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    @abstractmethod
+    def rpc_async(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+_calls: dict[int, RPCCallBase] = {}
+_calls_lock = threading.Lock()
+
+
+def rpc_register(call: RPCCallBase) -> int:
+    """PyG's: register `call`; its id is the same on every process that registers the same calls
+    in the same order (PyG's contract)."""
+    _require_agent("rpc_register")
+    with _calls_lock:
+        call_id = len(_calls)
+        _calls[call_id] = call
+    return call_id
+
+
+def _registered(call_id: int) -> RPCCallBase:
+    call = _calls.get(call_id)
+    if call is None:
+        raise RuntimeError(f"no RPC call registered with id {call_id} here ({len(_calls)} are)")
+    return call
+
+
+def _run_async(call_id: int, *args: Any, **kwargs: Any) -> Any:
+    return _registered(call_id).rpc_async(*args, **kwargs)
+
+
+def _run_sync(call_id: int, *args: Any, **kwargs: Any) -> Any:
+    return _registered(call_id).rpc_sync(*args, **kwargs)
+
+
+def rpc_async(worker_name: str, call_id: int, args: Any = None, kwargs: Any = None) -> Any:
+    """PyG's: start registered call `call_id` on `worker_name`; a torch Future."""
+    _require_agent("rpc_async")
+    return rpc.rpc_async(worker_name, _run_async, args=(call_id, *(args or ())), kwargs=kwargs)
+
+
+def rpc_sync(worker_name: str, call_id: int, args: Any = None, kwargs: Any = None) -> Any:
+    """PyG's: run registered call `call_id` on `worker_name` and return its result."""
+    _require_agent("rpc_sync")
+    fut = rpc.rpc_async(worker_name, _run_sync, args=(call_id, *(args or ())), kwargs=kwargs)
+    return fut.wait()

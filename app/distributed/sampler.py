@@ -423,8 +423,19 @@ class DistNeighborSampler:
         `to_data` / `to_hetero_data`, so both loaders emit the same layout."""
         if isinstance(out, HeteroSamplerOutput):
             attrs = {t: self._gather(nodes, t, alloc) for t, nodes in out.node.items()}
-            return to_hetero_data(out, node_attrs=attrs, input_type=input_type, link=link)
-        return to_data(out, node_attrs=self._gather(out.node, None, alloc), link=link)
+            edges = {et: self._edge_attr(e, et) for et, e in (out.edge or {}).items()}
+            return to_hetero_data(out, node_attrs=attrs, edge_attrs=edges, input_type=input_type,
+                                  link=link)  # fmt: skip
+        edges = self._edge_attr(out.edge, (None, None))
+        return to_data(out, node_attrs=self._gather(out.node, None, alloc), edge_attrs=edges,
+                       link=link)  # fmt: skip
+
+    def _edge_attr(self, e_id: Tensor | None, group: Any) -> dict[str, Tensor]:
+        """PyG's `edge_attr` of the sampled edges (global ids; remote rows by RPC), when the
+        partition holds edge features (not written into shared memory: edges are few)."""
+        if e_id is None or "edge_attr" not in self.feature_store.attr_names(group):
+            return {}
+        return self.feature_store.fetch(e_id.long(), group, ["edge_attr"], cache=False)
 
     def _gather(self, nodes: Tensor, group: Any, alloc: Any) -> dict[str, Tensor]:
         attrs = self.spec.attrs

@@ -47,7 +47,10 @@ def remote_hop(jobs: list, replace: bool, strategy: str = "uniform") -> list:
 @endpoint("features")
 def remote_features(group: Any, ids: Tensor, attrs: list[str]) -> dict[str, Tensor]:
     """Rows of `attrs` for owned global `ids`, in request order."""
-    return endpoints.stores()[0].local_get(ids, group, attrs)
+    fs = endpoints.feature_store()
+    if fs is None:
+        raise RuntimeError("this process serves no features (no feature store registered)")
+    return fs.local_get(ids, group, attrs)
 
 
 @endpoint("sample_batch")

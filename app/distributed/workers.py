@@ -69,7 +69,7 @@ def run_sampler(
         stop.set()
 
     signal.signal(signal.SIGTERM, _on_term)
-    rpc.init_rpc(ctx, master_addr, rpc_port, rpc_timeout_s, init_timeout_s)
+    rpc.init_rpc(ctx, master_addr, rpc_port, timeout_s=rpc_timeout_s, init_timeout_s=init_timeout_s)
     trainer = worker_name("trainer", ctx.partition_idx, ctx.local_rank)
     try:
         while not stop.wait(PING_EVERY_S):
@@ -78,7 +78,9 @@ def run_sampler(
                 break
     finally:
         graceful = 0.0 if failed.is_set() else init_timeout_s
-        clean = rpc.shutdown_rpc(graceful) if graceful else rpc.shutdown_rpc_now()
+        clean = (
+            rpc.shutdown_rpc(graceful_timeout_s=graceful) if graceful else rpc.shutdown_rpc_now()
+        )
         shm.remove_own()
     log.info(
         "%s: served partition %d, exiting (%s)",
@@ -161,7 +163,7 @@ def shutdown(ctx: DistContext, graceful_timeout_s: float = 120.0, failed: bool =
         return clean
     if ctx.role == "trainer":
         stop_samplers(ctx)
-    return rpc.shutdown_rpc(graceful_timeout_s)
+    return rpc.shutdown_rpc(graceful_timeout_s=graceful_timeout_s)
 
 
 # -- a hand-launched script's RPC membership and sampler processes ------------------------------
@@ -225,8 +227,8 @@ def join(
             proc.start()
             group.procs.append(proc)
         try:
-            rpc.init_rpc(ctx, master_addr, master_port, rpc_timeout_s, init_timeout_s,
-                         num_rpc_threads)  # fmt: skip
+            rpc.init_rpc(ctx, master_addr, master_port, num_rpc_threads,
+                         timeout_s=rpc_timeout_s, init_timeout_s=init_timeout_s)  # fmt: skip
         except BaseException:
             _reap(group.procs, 0.0)
             raise

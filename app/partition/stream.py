@@ -443,7 +443,7 @@ def _write_part(
     ids = torch.from_numpy(owned)
     nfeats = {"global_id": ids, "feats": feats}
     if "time" in node_data:
-        nfeats["time"] = torch.from_numpy(node_data["time"][owned])
+        nfeats["time"] = torch.from_numpy(node_data["time"])  # PyG's: every node's time
     out.save(nfeats, f"part_{p}/node_feats.pt")
     out.save({}, f"part_{p}/edge_feats.pt")
     seeds = {}

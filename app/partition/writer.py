@@ -18,7 +18,7 @@ Layout (format_version 1; the PyG file and key names, so PyG's `LocalGraphStore`
                        halo), which temporal sampling reads as node_time[row[p]]
                        (hetero: node_time/<ntype>.pt for the types with a `time`)
       part_<i>/graph.pt       {'row', 'col', 'edge_id', 'size', 'colptr', 'halo'}
-      part_<i>/node_feats.pt  {'global_id', 'feats': {'x', 'y'}, 'time'?}
+      part_<i>/node_feats.pt  {'global_id', 'feats': {'x', 'y'}, 'time'? (all nodes)}
       part_<i>/edge_feats.pt  {'global_id', 'feats': {'edge_attr'}?, 'edge_time'?} or {}
       part_<i>/seeds.pt       {'train', 'val', 'test'}
 
@@ -36,7 +36,9 @@ These id arrays are int32 wherever their values fit (< 2^31: node ids, edge ids,
 edge count), int64 beyond; readers accept both (older partitions are all int64).
 
 `node_feats.pt` holds the owned nodes: `global_id` (sorted) and their rows of `x` and `y`
-(byte-identical to the dataset's), plus `time` for temporal graphs. `seeds.pt` holds the
+(byte-identical to the dataset's), plus, for temporal graphs, `time`: as in PyG, the time of
+EVERY node by (new) id, the same in every part (older partitions and the streaming writer
+hold the owned rows only; readers take `node_time.pt`). `seeds.pt` holds the
 owned nodes of each split (the training seeds of this part). `edge_feats.pt` holds the owned
 edges' `edge_attr` / `edge_time` in `graph.pt`'s order, or {} when the graph has none.
 
@@ -386,10 +388,11 @@ def find_existing(root: Path, fingerprint: str, overwrite: bool) -> PartitionMet
     """The reusable partition at `root`, None if there is none (or it is to be overwritten).
 
     A partition with another fingerprint, or a folder that is not a complete partition, is
-    never silently replaced: that needs `overwrite`.
+    never silently replaced: that needs `overwrite`. An empty folder (e.g. made for the
+    partition, as PyG's users and tests do) holds nothing to lose and is written into.
     """
     _clean_stale_tmp(root)
-    if not root.exists():
+    if not root.exists() or (root.is_dir() and not any(root.iterdir())):
         return None
     try:
         meta = read_meta(root)
@@ -600,7 +603,7 @@ def _write_part(
     for t in view.nodes:
         ids = owned[t][p]
         orig = orig_id[t][ids] if t in orig_id else ids
-        nfeats[t] = _node_feats(view, t, ids, orig)
+        nfeats[t] = _node_feats(view, t, ids, orig, orig_id.get(t))
         for split in SPLITS:
             mask = view.node_attr(t, f"{split}_mask")
             if mask is not None:
@@ -659,7 +662,10 @@ def _save_node_time(view: _View, orig_id: dict[NodeKey, Tensor], out: _Writer) -
         out.save_typed("node_time", times, view.is_hetero)
 
 
-def _node_feats(view: _View, t: NodeKey, ids: Tensor, orig: Tensor) -> dict[str, Any]:
+def _node_feats(
+    view: _View, t: NodeKey, ids: Tensor, orig: Tensor, orig_id: Tensor | None
+) -> dict[str, Any]:
+    """A part's node rows; `time` is PyG's: every node's time (write-space ids), in each part."""
     feats = {}
     for key in ("x", "y"):
         value = view.node_attr(t, key)
@@ -668,7 +674,7 @@ def _node_feats(view: _View, t: NodeKey, ids: Tensor, orig: Tensor) -> dict[str,
     out: dict[str, Any] = {"global_id": ids, "feats": feats}
     node_time = _node_time(view, t)
     if node_time is not None:
-        out["time"] = node_time[orig]
+        out["time"] = node_time if orig_id is None else node_time[orig_id]
     return out
 
 

@@ -118,8 +118,8 @@ def _check_nodes(store, nf: dict, seeds: dict, node_map, p: int, orig) -> torch.
             assert _bytes(nf["feats"][key]) == _bytes(store[key][src]), key
         else:
             assert key not in nf["feats"]
-    if getattr(store, "time", None) is not None:
-        assert torch.equal(nf["time"], store.time[src])
+    if getattr(store, "time", None) is not None:  # PyG's layout: every node's time, by new id
+        assert torch.equal(nf["time"], store.time if orig is None else store.time[orig])
     for split in SPLITS:
         mask = getattr(store, f"{split}_mask", None)
         if mask is not None:

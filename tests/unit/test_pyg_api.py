@@ -106,8 +106,8 @@ def test_loader_positional_order_and_refusals(parts):
             pass
     loader.close()
     loader.close()  # idempotent
-    with pytest.raises(TypeError, match="pin_memory=True is not supported"):
-        pyg_dist.DistNeighborLoader(stores, [2], pin_memory=True)
+    with pytest.raises(TypeError, match="prefetch_factor=4 is not supported"):
+        pyg_dist.DistNeighborLoader(stores, [2], prefetch_factor=4)
     with pytest.raises(ValueError, match="channel"):
         pyg_dist.DistNeighborLoader(stores, [2], channel=object())
     with pytest.raises(ValueError, match="rpc_worker_names"):

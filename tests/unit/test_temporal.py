@@ -37,7 +37,7 @@ def test_partition_holds_every_nodes_time(tmp_path):
         orig = part.orig_id if relabel else torch.arange(data.num_nodes)
         assert torch.equal(part.node_time, data.time[orig])
         assert part.graph["halo"].numel() > 0  # halo sources have times too: the point
-        assert torch.equal(part.node_time[part.node_feats["global_id"]], part.node_feats["time"])
+        assert torch.equal(part.node_time, part.node_feats["time"])  # PyG's: every node's time
 
 
 def test_hetero_partition_times_per_type(tmp_path):

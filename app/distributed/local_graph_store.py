@@ -1,0 +1,5 @@
+"""PyG's `torch_geometric.distributed.local_graph_store`: `LocalGraphStore` (ours)."""
+
+from app.distributed.graph_store import LocalGraphStore
+
+__all__ = ["LocalGraphStore"]
