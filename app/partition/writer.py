@@ -37,8 +37,8 @@ edge count), int64 beyond; readers accept both (older partitions are all int64).
 
 `node_feats.pt` holds the owned nodes: `global_id` (sorted) and their rows of `x` and `y`
 (byte-identical to the dataset's), plus, for temporal graphs, `time`: as in PyG, the time of
-EVERY node by (new) id, the same in every part (older partitions and the streaming writer
-hold the owned rows only; readers take `node_time.pt`). `seeds.pt` holds the
+EVERY node by (new) id, the same in every part, from this writer and the streaming one
+(older partitions hold the owned rows only; readers take `node_time.pt`). `seeds.pt` holds the
 owned nodes of each split (the training seeds of this part). `edge_feats.pt` holds the owned
 edges' `edge_attr` / `edge_time` in `graph.pt`'s order, or {} when the graph has none.
 
