@@ -472,7 +472,9 @@ class _Run:
             elif isinstance(source, _Table):
                 rows[t] = self._read(source.table, t, source.buf)
             elif weights is not None:  # inputs read as projections (layer 0 narrows)
-                name = self.view.table_name(round_, layer, t) + "/projected"
+                # not the name of layer 0's own projected output (`_sink`): both exist at once
+                # when layer 1 narrows too
+                name = self.view.table_name(round_, layer, t) + "/inputs-projected"
                 rows[t], table = self._read_projected(source, t, weights, name)
                 made.append(table)
             else:

@@ -180,6 +180,13 @@ def _check_homo(ctx, spec: dict) -> None:
     narrow = SampledGNN("sage", 5, HIDDEN, CLASSES, 1).eval()
     ref = narrow(data.x, data.edge_index)
     _close(layerwise_logits(narrow, view, CHUNK), ref[view.mine[view.target]], "1-layer sage")
+    # both layers narrow (5 -> 3 -> 2): the inputs' projections and layer 0's projected output
+    # are tables at once; twice, with kept buffers, as a job's evaluations run
+    both = SampledGNN("sage", 5, 3, 2, 2).eval()
+    ref = both(data.x, data.edge_index)[view.mine[view.target]]
+    for step in range(2):
+        got = layerwise_logits(both, view, CHUNK, keep_buffers=True)
+        _close(got, ref, f"two narrowing layers, pass {step}")
     from app.model.link import Decoder, LinkPredictor
 
     link = LinkPredictor(homo_model("sage"), Decoder("mlp", CLASSES)).eval()
