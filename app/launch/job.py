@@ -146,11 +146,14 @@ def _close_tracking(cfg: Config, job_dir: Path, status: str) -> None:
         return
     from mlflow.tracking import MlflowClient
 
+    from app.tracking.redact import redacted_copy
+
     run_id = run_file.read_text().strip()
     try:
         client = MlflowClient(tracking_uri=cfg.tracking_uri)
         if (job_dir / "logs").is_dir():
-            client.log_artifacts(run_id, str(job_dir / "logs"), artifact_path="logs")
+            with redacted_copy(job_dir / "logs") as logs:
+                client.log_artifacts(run_id, str(logs), artifact_path="logs")
         # The launcher's outcome wins over the trainer's own: on Ctrl-C a trainer may first see
         # its sampler vanish and end the run FAILED; a job whose sampler crashed after the
         # trainer finished has failed all the same.

@@ -35,6 +35,7 @@ from app.interrupt import TERMINATED, check_terminated
 from app.launch import heartbeat
 from app.launch.heartbeat import HeartbeatWatch
 from app.launch.plan import ProcSpec
+from app.tracking.redact import redact_text
 
 TAIL_LINES = 20
 # Set by torchrun for *this* launcher process; a child must not mistake them for its own
@@ -156,6 +157,7 @@ def _pump(
     try:
         for segment in text:
             raw = segment.rstrip("\r\n").removeprefix(prefix)  # log records carry it already
+            raw = redact_text(raw)  # the log file is uploaded, the console may be shared
             if not raw:  # progress bars start with a bare "\r": no empty prefixed lines
                 continue
             line = prefix + raw
