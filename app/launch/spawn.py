@@ -19,6 +19,7 @@ import ctypes
 import io
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -67,6 +68,18 @@ class JobFailed(RuntimeError):
         )
         lines = "\n".join(f"  {line}" for line in tail) or "  (no output)"
         super().__init__(f"{name} failed ({how}); log {log_path}, last lines:\n{lines}")
+        self.culprit = f"{name} failed ({how})" + (f": {_culprit_line(tail)}" if tail else "")
+
+
+def _culprit_line(tail: list[str]) -> str:
+    """The line of a child's last output that says why: its last error line, else its last."""
+    for line in reversed(tail):
+        if _ERROR_LINE.search(line):
+            return line.strip()
+    return tail[-1].strip()
+
+
+_ERROR_LINE = re.compile(r"(Error|Exception|error:|failed|Killed|Terminated)\b")
 
 
 @dataclass

@@ -100,7 +100,7 @@ class Tracker:
         if exc is None:
             self.end(FINISHED)
         elif isinstance(exc, KeyboardInterrupt | SystemExit):
-            self.end(KILLED, error=type(exc).__name__)
+            self.end(KILLED, error=stop_line(exc))
         else:
             self.end(FAILED, error=error_line(exc))
         return False
@@ -114,6 +114,14 @@ def error_line(exc: BaseException) -> str:
     """`Type: first line of the message`: the `error` tag of a FAILED run."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def stop_line(exc: BaseException) -> str:
+    """The `error` tag of a KILLED run: which signal (or exit) stopped it."""
+    if isinstance(exc, KeyboardInterrupt):
+        sigterm = bool(exc.args) and exc.args[0] == "signal 15"
+        return "terminated (SIGTERM)" if sigterm else "interrupted (Ctrl-C / SIGINT)"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
