@@ -117,3 +117,72 @@ def test_run_whose_store_could_not_be_written_is_ended_by_the_next_job(tmp_path)
     assert run.info.status == "FAILED"
     assert run.data.tags["error"] == "trainer0-0 failed (exit code 1): RuntimeError: boom"
     assert not (job / PID_FILE).exists()
+
+
+WORKER_WITH_STUCK_THREAD = """
+import runpy, threading, time
+threading.Thread(target=time.sleep, args=(600,)).start()  # a stuck non-daemon RPC thread
+time.sleep(1.0)  # the launcher's end of the pipes is gone by now
+runpy.run_module("app.launch.worker", run_name="__main__")
+"""
+
+
+def test_worker_exits_even_if_its_output_pipe_is_gone(tmp_path):
+    """Issue 28, finding 9: with the launcher's end of stdout/stderr closed, the worker's last
+    print raises BrokenPipeError; that must not skip `os._exit` and leave the worker to its
+    non-daemon threads (a sampler outlived its job by >= 93 s)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DISTGNN_")}
+    env["PYTHONUNBUFFERED"] = "1"  # as the launcher starts its children: every print writes
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WORKER_WITH_STUCK_THREAD], cwd=REPO, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    proc.stdout.close()
+    proc.stderr.close()
+    try:
+        code = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 1  # EXIT_ERROR, by os._exit: not stuck behind the thread
+
+
+def test_sigint_to_a_sampler_stops_the_job_as_fast_as_sigterm(made, tmp_path):  # noqa: F811
+    """Issue 28, finding 7: SIGINT to a sampler used to log "stopped by signal" and serve on
+    through a graceful RPC shutdown bounded by cluster.init_timeout_s (60 s here)."""
+    job = tmp_path / "run"
+    args = [
+        *SMOKE, *_paths(made), f"partition.root={made / 'P'}", f"hydra.run.dir={job}",
+        "train.epochs=200", "loader.num_workers=1", "cluster.shutdown_timeout_s=3",
+        "cluster.init_timeout_s=60",
+    ]  # fmt: skip
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "app", *args], cwd=REPO, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        log = job / "logs" / "trainer0-0.log"
+        while "epoch" not in (log.read_text() if log.exists() else ""):
+            if time.monotonic() > deadline or launcher.poll() is not None:
+                pytest.fail(f"job did not train: {launcher.communicate(timeout=10)[1][-2000:]}")
+            time.sleep(0.2)
+        os.kill(_child_pid(launcher, "sampler", "1"), signal.SIGINT)
+        sent = time.monotonic()
+        _, err = launcher.communicate(timeout=120)
+        took = time.monotonic() - sent
+    finally:
+        if launcher.poll() is None:
+            for p in psutil.Process(launcher.pid).children(recursive=True):
+                p.kill()
+            launcher.kill()
+            launcher.wait()
+    assert launcher.returncode == 1, err[-2000:]
+    assert "sampler1-0-0 failed" in err, err[-2000:]
+    # As on SIGTERM: the sampler leaves RPC at once (its SIGTERM handler ran), not through
+    # the graceful shutdown that waits on its peers (up to init_timeout_s; 27-219 s seen).
+    sampler_log = (job / "logs" / "sampler1-0-0.log").read_text()
+    assert "exiting (after a failure)" in sampler_log, sampler_log[-1500:]
+    assert "stopped by signal" not in sampler_log
+    assert took < 20, f"the job took {took:.0f} s to stop after SIGINT to a sampler"
