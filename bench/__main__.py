@@ -25,6 +25,7 @@ BENCHES = [
     "eval",  # val+test evaluation: layer-wise (exact) vs sampled, 1 process and 2 partitions
     "layerwise_kernel",  # layer-wise mean aggregation with vs without software prefetch
     "fresh_memory",  # what touching fresh vs just-freed memory costs on this machine
+    "verify",  # content verification of a loaded part (xxh3 + NaN check), 200k nodes
 ]
 
 

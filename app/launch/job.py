@@ -7,7 +7,7 @@ go through the same code. Files in the job dir:
     config.yaml      the composed config every child loads (`app.config.load_config`)
     logs/<name>.log  each child's output, every line prefixed by `[name]`
     mlflow_run_id    written by the rank-0 trainer when its MLflow run starts
-    launcher.pid     this launcher, while the job runs (`app.launch.orphans`)
+    launcher.pid     this launcher, until its MLflow run is ended (`app.launch.orphans`)
     result.json      final metrics, written atomically by the rank-0 trainer
 """
 
@@ -23,7 +23,13 @@ import torch
 
 from app.config import Config, heartbeat_timeout_s, save_config
 from app.fsutil import file_lock
-from app.launch.orphans import end_orphaned_runs, remove_pid_file, write_pid_file
+from app.launch.orphans import (
+    PID_FILE,
+    end_orphaned_runs,
+    record_outcome,
+    remove_pid_file,
+    write_pid_file,
+)
 from app.launch.plan import EnvPlan, ProcessPlan, plan_job, plan_ports
 from app.launch.precheck import (
     check_partition_root,
@@ -42,6 +48,7 @@ log = logging.getLogger("distgnn")
 PARENT_RUN_ENV = "DISTGNN_MLFLOW_PARENT_RUN_ID"
 RESULT_FILE = "result.json"
 RUN_ID_FILE = "mlflow_run_id"
+ERROR_TAG_CHARS = 4000
 PARTITION_LOCK_TIMEOUT_S = 4 * 3600.0
 
 
@@ -120,7 +127,7 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
     if cfg.mlflow.enabled:  # runs a SIGKILLed launcher left RUNNING: KILLED (app.launch.orphans)
         end_orphaned_runs(Path(cfg.output_dir), cfg.tracking_uri, job_dir)
         write_pid_file(job_dir)
-    status = "FAILED"
+    status, error = "FAILED", None
     try:
         run_procs(
             plan.procs,
@@ -130,13 +137,32 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
             heartbeat_timeout_s=heartbeat_timeout_s(cfg),
         )
         status = "FINISHED"
-    except KeyboardInterrupt:
+    except JobFailed as err:
+        error = err.culprit
+        raise
+    except KeyboardInterrupt as err:
         status = "KILLED"
+        sigterm = bool(err.args) and err.args[0] == "signal 15"
+        error = "job terminated (SIGTERM)" if sigterm else "job interrupted (Ctrl-C)"
+        raise
+    except BaseException as err:
+        first = (str(err).strip().splitlines() or [""])[0]
+        error = f"launcher: {type(err).__name__}: {first}"
         raise
     finally:
-        _close_tracking(cfg, job_dir, status)
-        remove_pid_file(job_dir)
+        finish_tracking(cfg, job_dir, status, error)
     return _read_result(job_dir, plan)
+
+
+def finish_tracking(cfg: Config, job_dir: Path, status: str, error: str | None) -> None:
+    """End the job's run (`_close_tracking`), then drop `launcher.pid`. If the store could not
+    be written (a full disk, a store gone), the pid file stays, holding the status and error
+    the run should get: the next job under output_dir ends the run with them
+    (`orphans.end_orphaned_runs`) once this launcher is gone."""
+    if _close_tracking(cfg, job_dir, status, error):
+        remove_pid_file(job_dir)
+    else:
+        record_outcome(job_dir, status, error)
 
 
 def _read_result(job_dir: Path, plan: ProcessPlan) -> dict[str, Any]:
@@ -148,22 +174,36 @@ def _read_result(job_dir: Path, plan: ProcessPlan) -> dict[str, Any]:
     raise RuntimeError(f"every process exited 0 but the rank-0 trainer wrote no {path}")
 
 
-def _close_tracking(cfg: Config, job_dir: Path, status: str) -> None:
-    """Upload every child's log to the job's MLflow run and end it with the job's status."""
+def _close_tracking(cfg: Config, job_dir: Path, status: str, error: str | None = None) -> bool:
+    """Upload every child's log to the job's MLflow run and end it with the job's status; a
+    run that did not finish gets `error` (the culprit's line) as its `error` tag. Returns
+    whether the run is ended (True too when there is no run to end)."""
     run_file = job_dir / RUN_ID_FILE
     if not cfg.mlflow.enabled or not run_file.exists():
-        return
+        return True
     from mlflow.tracking import MlflowClient
+
+    from app.tracking.redact import redact_text, redacted_copy
 
     run_id = run_file.read_text().strip()
     try:
         client = MlflowClient(tracking_uri=cfg.tracking_uri)
         if (job_dir / "logs").is_dir():
-            client.log_artifacts(run_id, str(job_dir / "logs"), artifact_path="logs")
+            with redacted_copy(job_dir / "logs") as logs:
+                client.log_artifacts(run_id, str(logs), artifact_path="logs")
+        if status != "FINISHED":  # the launcher names the culprit: its line is the run's error
+            line = (error or f"job ended {status}").strip().splitlines()[0]
+            client.set_tag(run_id, "error", redact_text(line)[:ERROR_TAG_CHARS])
         # The launcher's outcome wins over the trainer's own: on Ctrl-C a trainer may first see
         # its sampler vanish and end the run FAILED; a job whose sampler crashed after the
         # trainer finished has failed all the same.
         if status != "FINISHED" or client.get_run(run_id).info.status == "RUNNING":
             client.set_terminated(run_id, status=status)
+        return True
     except Exception as err:  # tracking must never hide the job's own outcome
-        log.warning("could not finish MLflow run %s: %s", run_id, err)
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        log.warning(
+            "could not end MLflow run %s (%s): %s; %s stays, so the next job ends it",
+            run_id, status, first[:300], PID_FILE,
+        )  # fmt: skip
+        return False

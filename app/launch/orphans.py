@@ -2,11 +2,13 @@
 
 A launcher killed with SIGKILL runs no `finally`: its children die with it (PDEATHSIG), but its
 MLflow run stays RUNNING forever. Each launcher therefore writes `<job_dir>/launcher.pid`
-(host, pid, process start time) when its job starts and removes it when the job ends, however
-it ends short of SIGKILL. The next job under the same output_dir looks for pid files left
+(host, pid, process start time) when its job starts and removes it once its run is ended. A
+launcher that could not write the store (a full disk) keeps the file and records in it the
+status and error the run should get (`record_outcome`). The next job under the same output_dir looks for pid files left
 behind whose process is gone (on this host: the pid does not exist, or belongs to a process
-started at another time), ends the run named in that job dir's `mlflow_run_id` as KILLED with
-an `error` tag if it is still RUNNING, and removes the pid file, so each is handled once. The
+started at another time), ends the run named in that job dir's `mlflow_run_id` (KILLED, or the
+recorded outcome) with an `error` tag if it is still RUNNING, and removes the pid file once
+that succeeded, so each is handled once. The
 look-up is a directory listing; MLflow is opened only when a dead launcher was found.
 """
 
@@ -20,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from app.fsutil import write_text_atomic
+from app.tracking.redact import redact_text
 
 log = logging.getLogger("distgnn")
 
@@ -49,6 +52,30 @@ def write_pid_file(job_dir: Path) -> Path:
 
 def remove_pid_file(job_dir: Path) -> None:
     (job_dir / PID_FILE).unlink(missing_ok=True)
+
+
+def record_outcome(job_dir: Path, status: str, error: str | None) -> None:
+    """Add the status and error the job's run should get to its pid file (the launcher could
+    not write the store); the next job ends the run with them. Best effort: on a full disk
+    the pid file keeps what it had, and the run is ended KILLED instead."""
+    path = job_dir / PID_FILE
+    try:
+        rec = json.loads(path.read_text())
+        rec |= {"status": status, "error": error or f"job ended {status}"}
+        write_text_atomic(path, json.dumps(rec))
+    except (OSError, ValueError):
+        pass
+
+
+def _outcome(job: Path) -> tuple[str, str]:
+    """(status, error) a dead launcher's run gets: what it recorded, else KILLED."""
+    try:
+        rec = json.loads((job / PID_FILE).read_text())
+    except (OSError, ValueError):
+        rec = {}
+    if rec.get("status") in ("FINISHED", "FAILED", "KILLED"):
+        return rec["status"], rec.get("error") or KILLED_ERROR
+    return "KILLED", KILLED_ERROR
 
 
 def _dead(path: Path) -> bool:
@@ -82,15 +109,21 @@ def end_orphaned_runs(output_dir: Path, tracking_uri: str | None, skip: Path) ->
     client = MlflowClient(tracking_uri=tracking_uri)
     for job in jobs:
         run_file = job / RUN_ID_FILE
+        status, error = _outcome(job)
         try:
             if run_file.exists() and tracking_uri:
                 run_id = run_file.read_text().strip()
                 if client.get_run(run_id).info.status == "RUNNING":
-                    client.set_tag(run_id, "error", KILLED_ERROR)
-                    client.set_terminated(run_id, status="KILLED")
+                    if status != "FINISHED":
+                        client.set_tag(run_id, "error", redact_text(error)[:4000])
+                    client.set_terminated(run_id, status=status)
                     ended.append(run_id)
-                    log.warning("MLflow run %s of %s: its launcher died; ended KILLED", run_id, job)
+                    log.warning(
+                        "MLflow run %s of %s: its launcher could not end it; ended %s",
+                        run_id, job, status,
+                    )  # fmt: skip
         except Exception as err:  # another store, a deleted run: never block this job
             log.warning("could not end the MLflow run of %s: %s", job, err)
+            continue  # the pid file stays: a later job tries again
         remove_pid_file(job)
     return ended

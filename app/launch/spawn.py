@@ -19,6 +19,7 @@ import ctypes
 import io
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -35,6 +36,7 @@ from app.interrupt import TERMINATED, check_terminated
 from app.launch import heartbeat
 from app.launch.heartbeat import HeartbeatWatch
 from app.launch.plan import ProcSpec
+from app.tracking.redact import redact_text
 
 TAIL_LINES = 20
 # Set by torchrun for *this* launcher process; a child must not mistake them for its own
@@ -66,6 +68,18 @@ class JobFailed(RuntimeError):
         )
         lines = "\n".join(f"  {line}" for line in tail) or "  (no output)"
         super().__init__(f"{name} failed ({how}); log {log_path}, last lines:\n{lines}")
+        self.culprit = f"{name} failed ({how})" + (f": {_culprit_line(tail)}" if tail else "")
+
+
+def _culprit_line(tail: list[str]) -> str:
+    """The line of a child's last output that says why: its last error line, else its last."""
+    for line in reversed(tail):
+        if _ERROR_LINE.search(line):
+            return line.strip()
+    return tail[-1].strip()
+
+
+_ERROR_LINE = re.compile(r"(Error|Exception|error:|failed|Killed|Terminated)\b")
 
 
 @dataclass
@@ -156,6 +170,7 @@ def _pump(
     try:
         for segment in text:
             raw = segment.rstrip("\r\n").removeprefix(prefix)  # log records carry it already
+            raw = redact_text(raw)  # the log file is uploaded, the console may be shared
             if not raw:  # progress bars start with a bare "\r": no empty prefixed lines
                 continue
             line = prefix + raw

@@ -6,7 +6,10 @@ shuts down; a trainer runs `app.tasks.run_trainer` (training sits above the laun
 imports nothing from `app.train`). Output goes to stdout/stderr, which the launcher copies
 into `<job_dir>/logs/<name>.log`; on failure the full traceback is logged and the last line is
 a one-line error, so the launcher's `JobFailed` shows it. SIGTERM becomes KeyboardInterrupt
-so `finally` blocks (RPC, process group, MLflow run) still run.
+so `finally` blocks (RPC, process group, MLflow run) still run; SIGINT means what SIGTERM
+means (whatever handler the role installed for SIGTERM runs), so a Ctrl-C sent to one child
+stops it as fast as SIGTERM would. The process always ends in `os._exit`, even when its
+stdout is gone (a flush raising BrokenPipeError must not leave it to a stuck RPC thread).
 """
 
 from __future__ import annotations
@@ -29,6 +32,15 @@ EXIT_TERMINATED = 128 + signal.SIGTERM
 
 def _on_sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _sigint_as_sigterm(signum: int, frame: object) -> None:
+    """SIGINT: call the SIGTERM handler in force now (a sampler's stops it at once)."""
+    handler = signal.getsignal(signal.SIGTERM)
+    if callable(handler):
+        handler(signal.SIGTERM, frame)
+    else:
+        raise KeyboardInterrupt(f"signal {signal.SIGTERM}")
 
 
 def setup_logging(runtime: Runtime) -> None:
@@ -62,6 +74,7 @@ def run(runtime: Runtime) -> int:
 def main() -> int:
     start_heartbeat()  # first: the launcher counts silence from this process's start
     signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGINT, _sigint_as_sigterm)
     try:
         runtime = Runtime.from_env()
     except RuntimeError as err:
@@ -81,9 +94,19 @@ def main() -> int:
         return EXIT_ERROR
 
 
-if __name__ == "__main__":
-    code = main()
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
+def _exit(code: int) -> None:
+    """Flush what can be flushed, then `os._exit(code)` whatever the flushes raise."""
+    for flush in (logging.shutdown, sys.stdout.flush, sys.stderr.flush):
+        try:
+            flush()
+        except BaseException:  # noqa: BLE001 (BrokenPipeError, a closed stream: exit anyway)
+            pass
     os._exit(code)  # no interpreter teardown: a stuck RPC/agent thread must not keep us alive
+
+
+if __name__ == "__main__":
+    exit_code = EXIT_ERROR
+    try:
+        exit_code = main()
+    finally:
+        _exit(exit_code)

@@ -114,16 +114,18 @@ def ensure_chunked(cfg: Config) -> Path:
     """The dataset as a chunked graph, written once: streamed for synthetic_products (the
     edge list is never in memory), converted from the loaded dataset otherwise."""
     from app.dataset.cache import LOCK_TIMEOUT_S
-    from app.dataset.chunked import MANIFEST, write_data
+    from app.dataset.chunked import clean_stale, is_current, write_data
     from app.dataset.synthetic_stream import generate_products_chunked
     from app.fsutil import file_lock
 
     root = chunked_graph_root(cfg)
-    if (root / MANIFEST).is_file():
+    if is_current(root):
         return root
     with file_lock(root.parent / ".lock", LOCK_TIMEOUT_S, "another process writing this dataset"):
-        if (root / MANIFEST).is_file():
+        if is_current(root):
             return root
+        for path in clean_stale(root):  # a killed writer's tmp / spill folders (GBs at scale)
+            log.info("removed %s, left by an interrupted writer", path)
         if cfg.dataset.name == "synthetic_products":
             return generate_products_chunked(cfg.dataset, cfg.seed, root)
         from app.dataset import load_dataset
@@ -136,7 +138,8 @@ def _stream(cfg: Config, data: Any, root: Path, fp: str, dataset_fp: str) -> Par
     """`partition.method=stream`: the chunked graph (of `data` when given) streamed into parts."""
     import shutil
 
-    from app.dataset.chunked import ChunkedGraph, write_data
+    from app.dataset.chunked import ChunkedGraph, ChunkedGraphError, write_data
+    from app.partition.reader import PartitionError
     from app.partition.stream import stream_partition
 
     p = cfg.partition
@@ -150,6 +153,8 @@ def _stream(cfg: Config, data: Any, root: Path, fp: str, dataset_fp: str) -> Par
             balance_train=p.balance_train, balance_edges=p.balance_edges,
             memory_budget_gb=p.memory_budget_gb, seed=cfg.seed, overwrite=p.overwrite,
         )  # fmt: skip
+    except ChunkedGraphError as err:  # bad input: one line (`partition error: ...`), rc 1
+        raise PartitionError(str(err)) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -15,7 +15,8 @@ What a person sees in the UI is shaped here, so every call site gets it:
 - experiments are tagged as model-training ones (`mlflow.experimentKind`), so MLflow 3 opens
   them on the runs and their charts, not on its GenAI "Evaluations" view;
 - runs without an explicit name get a readable unique one (`naming.run_name`);
-- params that look like credentials are masked (`redact`);
+- credentials never reach the store: params, tags, text artifacts and logged text go through
+  `app.tracking.redact` (the one place that knows their forms);
 - partition stats logged as metrics (`partition.*` / `partition/*`) become `partition_stats.*`
   params, `partition_stats.json` and one PNG (`partition_stats`), not a chart per number;
 - `end()` of a FINISHED run logs `startup_s` (the start-up phases timed in this process,
@@ -42,7 +43,7 @@ from app.tracking import partition_stats, plots, store_template
 from app.tracking.naming import job_overrides
 from app.tracking.naming import run_name as default_run_name
 from app.tracking.progress import log_startup, phase
-from app.tracking.redact import redact
+from app.tracking.redact import redact, redact_tags, redact_text, redacted_copy
 
 log = logging.getLogger("distgnn.tracking")
 
@@ -99,7 +100,7 @@ class Tracker:
         if exc is None:
             self.end(FINISHED)
         elif isinstance(exc, KeyboardInterrupt | SystemExit):
-            self.end(KILLED, error=type(exc).__name__)
+            self.end(KILLED, error=stop_line(exc))
         else:
             self.end(FAILED, error=error_line(exc))
         return False
@@ -113,6 +114,14 @@ def error_line(exc: BaseException) -> str:
     """`Type: first line of the message`: the `error` tag of a FAILED run."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def stop_line(exc: BaseException) -> str:
+    """The `error` tag of a KILLED run: which signal (or exit) stopped it."""
+    if isinstance(exc, KeyboardInterrupt):
+        sigterm = bool(exc.args) and exc.args[0] == "signal 15"
+        return "terminated (SIGTERM)" if sigterm else "interrupted (Ctrl-C / SIGINT)"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
@@ -136,6 +145,9 @@ def quiet_mlflow() -> None:
     os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    # MLflow prints "View run ... at: <tracking URI>" for http stores: a URI with userinfo
+    # would reach the console and the uploaded logs (the summary prints a redacted link).
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     import mlflow  # noqa: F401  (configures its loggers on import: override them afterwards)
 
     for name in ("mlflow", "alembic", "sqlalchemy", "urllib3", "git"):
@@ -216,11 +228,14 @@ class MlflowTracker(Tracker):
             run_name = getattr(getattr(cfg, "mlflow", None), "run_name", None)
         if run_name is None and cfg is not None:
             run_name = default_run_name(cfg, job_dir)
+        run_name = redact_text(run_name) if run_name else run_name
         if parent_run_id:
             all_tags[PARENT_TAG] = parent_run_id
         if job_dir:
             all_tags.setdefault("overrides", " ".join(job_overrides(job_dir)))
-        run = self.client.create_run(self.experiment_id, run_name=run_name, tags=all_tags)
+        run = self.client.create_run(
+            self.experiment_id, run_name=run_name, tags=redact_tags(all_tags)
+        )
         self.run_id = run.info.run_id
         self.history, self.partition_logged, self.partition_parts = {}, False, []
         if job_dir and Path(job_dir).is_dir():
@@ -234,7 +249,9 @@ class MlflowTracker(Tracker):
 
     def start_parent(self, cfg_name: str, tags: dict[str, str] | None = None) -> str:
         """A parent run for a multirun sweep; children pass its id as `parent_run_id`."""
-        run = self.client.create_run(self.experiment_id, run_name=cfg_name, tags=tags or {})
+        run = self.client.create_run(
+            self.experiment_id, run_name=redact_text(cfg_name), tags=redact_tags(tags or {})
+        )
         return run.info.run_id
 
     def end_parent(self, run_id: str, status: str = FINISHED) -> None:
@@ -275,22 +292,24 @@ class MlflowTracker(Tracker):
             self.client.log_batch(self._run(), metrics=items[i : i + MAX_METRICS_PER_BATCH])
 
     def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None:
+        """Upload a file or folder, its text files redacted (`redact.redacted_copy`)."""
         path = Path(path)
         if not path.exists():
             raise FileNotFoundError(f"artifact {path} does not exist")
-        if path.is_dir():
-            self.client.log_artifacts(self._run(), str(path), artifact_path)
-        else:
-            self.client.log_artifact(self._run(), str(path), artifact_path)
+        with redacted_copy(path) as copy:
+            if copy.is_dir():
+                self.client.log_artifacts(self._run(), str(copy), artifact_path)
+            else:
+                self.client.log_artifact(self._run(), str(copy), artifact_path)
 
     def log_text(self, text: str, name: str) -> None:
-        self.client.log_text(self._run(), text, name)
+        self.client.log_text(self._run(), redact_text(text), name)
 
     def set_tags(self, tags: dict[str, str]) -> None:
         from mlflow.entities import RunTag
         from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
 
-        items = [RunTag(k, str(v)[:MAX_TAG_VAL_LENGTH]) for k, v in tags.items()]
+        items = [RunTag(k, v[:MAX_TAG_VAL_LENGTH]) for k, v in redact_tags(tags).items()]
         self.client.log_batch(self._run(), tags=items)
 
     def log_partition_stats(self, stats: dict[str, Any]) -> None:

@@ -38,7 +38,11 @@ def short_override(override: str) -> str:
 def run_name(cfg: Any, job_dir: str | Path | None = None) -> str:
     """`<experiment or dataset>[-<overrides>]-<6 hex>`, at most about MAX_NAME characters."""
     base = getattr(cfg, "experiment", None) or getattr(getattr(cfg, "dataset", None), "name", "run")
-    shown = [short_override(o) for o in job_overrides(job_dir) if not o.startswith(_SKIPPED)]
+    from app.tracking.redact import redact_text
+
+    shown = [
+        redact_text(short_override(o)) for o in job_overrides(job_dir) if not o.startswith(_SKIPPED)
+    ]
     name = "-".join([base, *shown])
     if len(name) > MAX_NAME:
         name = name[: MAX_NAME - 1] + "~"

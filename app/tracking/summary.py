@@ -21,6 +21,7 @@ from typing import Any
 
 from app.tracking.mlflow import RUN_ID_FILE, RUN_INFO_FILE
 from app.tracking.progress import phases_line
+from app.tracking.redact import redact_text
 
 log = logging.getLogger("distgnn")
 
@@ -164,7 +165,7 @@ def run_summary(cfg: Any, job_dir: str | Path, result: dict[str, float]) -> str:
 def print_run_summary(cfg: Any, job_dir: str | Path, result: dict[str, float] | None) -> None:
     """Print `run_summary` on stdout; a summary problem is logged, never raised."""
     try:
-        print(run_summary(cfg, job_dir, result or {}), flush=True)
+        print(redact_text(run_summary(cfg, job_dir, result or {})), flush=True)
     except Exception as err:  # the run itself succeeded: do not turn it into a failure
         log.warning("could not print the run summary: %s", err)
 

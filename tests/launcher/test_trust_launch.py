@@ -73,6 +73,20 @@ def test_overwritten_features_fail_before_any_child(compose, made, tmp_path):
     _refused(_job(compose, made, root), tmp_path, PartitionError, "node_feats.pt: checksum")
 
 
+def test_bit_rot_behind_the_marker_fails_the_job_naming_the_file(compose, made, tmp_path):
+    """Issue 28: rot keeps size and mtime, so the launcher's cached check passes; the child
+    that loads the part hashes it and the job fails naming the file (it trained to nan)."""
+    from app.partition.reader import verify_partition
+    from tests.unit.test_trust import _rot
+
+    root = _copy(made, tmp_path)
+    verify_partition(root, 2)
+    _rot(root / "part_0" / "node_feats.pt")
+    verify_partition(root, 2)
+    with pytest.raises(JobFailed, match=r"part_0/node_feats.pt: checksum mismatch"):
+        run_job(_job(compose, made, root, "train.epochs=1"), tmp_path / "job")
+
+
 def test_truncated_file_fails_before_any_child(compose, made, tmp_path):
     root = _copy(made, tmp_path)
     os.truncate(root / "part_1" / "graph.pt", 1000)

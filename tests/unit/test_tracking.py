@@ -231,7 +231,7 @@ def test_run_names_readable_unique_and_run_id_file(uri, tmp_path):
 @pytest.mark.parametrize(
     ("key", "value", "shown"),
     [
-        ("mlflow.tracking_uri", "http://bob:s3cret@host:5000", "http://bob:***@host:5000"),
+        ("mlflow.tracking_uri", "http://bob:s3cret@host:5000", "http://***@host:5000"),
         ("mlflow.tracking_uri", "sqlite:////tmp/mlflow.db", "sqlite:////tmp/mlflow.db"),
         ("cluster.ssh_cmd", "ssh -i ~/.ssh/id_ed25519 -p 22", "ssh -i *** -p 22"),
         ("cluster.ssh_cmd", "ssh -o IdentityFile=/k/id", "ssh -o IdentityFile=***"),
@@ -249,7 +249,7 @@ def test_masked_in_the_store(uri):
         run_id = tr.start(cfg)
     assert (
         client(uri).get_run(run_id).data.params["mlflow.tracking_uri"]
-        == "postgresql://u:***@db/mlflow"
+        == "postgresql://***@db/mlflow"
     )
 
 

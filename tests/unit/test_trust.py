@@ -57,8 +57,11 @@ def test_each_file_is_verified_once_then_rechecked_when_changed(part_root, tmp_p
     first = len(calls)
     calls.clear()
     verify_partition(root, 2)
-    load_partition(root, 1, 2)  # the children's verify=True load hits the marker too
-    assert calls == ["META.json", "META.json"]  # reuse: only META.json's own hash
+    assert calls == ["META.json"]  # the launcher's reuse: only META.json's own hash
+    calls.clear()
+    load_partition(root, 1, 2)  # a loading process hashes what it loads (bit rot: below)
+    assert calls == ["META.json", "node_map.pt", *(f"{n}.pt" for n in ("graph", "node_feats",
+        "edge_feats", "seeds"))]  # fmt: skip
     assert first > 8
     path = root / "part_1" / "node_feats.pt"
     raw = bytearray(path.read_bytes())
@@ -67,6 +70,42 @@ def test_each_file_is_verified_once_then_rechecked_when_changed(part_root, tmp_p
     with pytest.raises(PartitionError, match=r"part_1/node_feats.pt: checksum mismatch") as err:
         verify_partition(root, 2)
     assert "\n" not in str(err.value) and "overwrite" not in str(err.value)
+
+
+def _rot(path) -> None:
+    """Bit rot as a disk does it: 400 KB overwritten mid-file, size and mtime unchanged."""
+    import os
+
+    st = path.stat()
+    with open(path, "r+b") as f:
+        f.seek(st.st_size // 3)
+        f.write(b"\xa5" * min(400_000, st.st_size // 3))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_bit_rot_behind_the_marker_is_refused_when_a_part_is_loaded(part_root, tmp_path):
+    root = _copy(part_root, tmp_path / "p")
+    verify_partition(root, 2)
+    path = root / "part_0" / "node_feats.pt"
+    _rot(path)
+    verify_partition(root, 2)  # the launcher's cached check: same size and mtime
+    load_partition(root, 1, 2)  # the other part is fine
+    with pytest.raises(PartitionError, match=r"part_0/node_feats.pt: checksum mismatch") as err:
+        load_partition(root, 0, 2)
+    assert "\n" not in str(err.value)
+
+
+def test_non_finite_values_are_refused_even_when_marked_verified(tmp_path):
+    """The marker says verified, the checksums match (rewritten consistently): the loading
+    process still refuses the NaN it would train on."""
+    root = partition_graph(_graph(nan=True), tmp_path / "nan", 2, method="random").root
+    owner = _owner(root, 7)
+    meta_sum = reader.file_checksum(root / "META.json")
+    files = {rel: reader._stat_key(root / rel) for rel in json.loads(
+        (root / "META.json").read_text())["checksums"]}  # fmt: skip
+    (root / VERIFIED_FILE).write_text(json.dumps({"meta": meta_sum, "files": files}))
+    with pytest.raises(PartitionError, match=r"feature 'x' holds 1 non-finite"):
+        load_partition(root, owner, 2)
 
 
 def test_non_finite_features_are_refused_in_one_line(tmp_path):
