@@ -15,14 +15,17 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
-import pytest
-
 from app.launch.orphans import PID_FILE, end_orphaned_runs
 from app.launch.spawn import JobFailed
 from app.tracking.mlflow import MlflowTracker
 from tests.conftest import REPO
-from tests.launcher.test_trust_launch import SMOKE, _child_pid, _paths, made  # noqa: F401
+from tests.launcher.test_trust_launch import (  # noqa: F401
+    SMOKE,
+    _child_pid,
+    _paths,
+    made,
+    training_launcher,
+)
 
 
 def test_culprit_is_the_childs_error_line():
@@ -49,27 +52,9 @@ def test_killed_sampler_fails_the_run_with_the_culprit_line(made, tmp_path):  # 
         "mlflow.enabled=true", f"mlflow.tracking_uri={uri}", "train.epochs=50",
         "loader.num_workers=1", "cluster.shutdown_timeout_s=3",
     ]  # fmt: skip
-    launcher = subprocess.Popen(
-        [sys.executable, "-m", "app", *args], cwd=REPO, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        log = job / "logs" / "trainer0-0.log"
-        while not (job / "mlflow_run_id").exists() or "epoch" not in (
-            log.read_text() if log.exists() else ""
-        ):
-            if time.monotonic() > deadline or launcher.poll() is not None:
-                pytest.fail(f"job did not train: {launcher.communicate(timeout=10)[1][-2000:]}")
-            time.sleep(0.2)
+    with training_launcher(args, job, ready=(job / "mlflow_run_id").exists) as launcher:
         os.kill(_child_pid(launcher, "sampler", "1"), signal.SIGKILL)
         _, err = launcher.communicate(timeout=120)
-    finally:
-        if launcher.poll() is None:
-            for p in psutil.Process(launcher.pid).children(recursive=True):
-                p.kill()
-            launcher.kill()
-            launcher.wait()
     assert launcher.returncode == 1, err[-2000:]
     run = MlflowClient(uri).get_run((job / "mlflow_run_id").read_text().strip())
     assert run.info.status == "FAILED"
@@ -157,27 +142,11 @@ def test_sigint_to_a_sampler_stops_the_job_as_fast_as_sigterm(made, tmp_path):  
         "train.epochs=200", "loader.num_workers=1", "cluster.shutdown_timeout_s=3",
         "cluster.init_timeout_s=60",
     ]  # fmt: skip
-    launcher = subprocess.Popen(
-        [sys.executable, "-m", "app", *args], cwd=REPO, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        log = job / "logs" / "trainer0-0.log"
-        while "epoch" not in (log.read_text() if log.exists() else ""):
-            if time.monotonic() > deadline or launcher.poll() is not None:
-                pytest.fail(f"job did not train: {launcher.communicate(timeout=10)[1][-2000:]}")
-            time.sleep(0.2)
+    with training_launcher(args, job) as launcher:
         os.kill(_child_pid(launcher, "sampler", "1"), signal.SIGINT)
         sent = time.monotonic()
         _, err = launcher.communicate(timeout=120)
         took = time.monotonic() - sent
-    finally:
-        if launcher.poll() is None:
-            for p in psutil.Process(launcher.pid).children(recursive=True):
-                p.kill()
-            launcher.kill()
-            launcher.wait()
     assert launcher.returncode == 1, err[-2000:]
     assert "sampler1-0-0 failed" in err, err[-2000:]
     # As on SIGTERM: the sampler leaves RPC at once (its SIGTERM handler ran), not through

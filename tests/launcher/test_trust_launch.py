@@ -14,6 +14,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -236,6 +238,32 @@ def test_a_beating_child_outlives_the_heartbeat_timeout(tmp_path):
     )
 
 
+@contextmanager
+def training_launcher(
+    args: list[str], job: Path, wait_s: float = 120, ready: Callable[[], bool] = lambda: True
+) -> Iterator[subprocess.Popen]:
+    """`python -m app ARGS` once its rank-0 trainer has logged an epoch (and `ready()` holds);
+    on the way out every process it started is killed."""
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "app", *args], cwd=REPO, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + wait_s
+        log = job / "logs" / "trainer0-0.log"
+        while not ready() or "epoch" not in (log.read_text() if log.exists() else ""):
+            if time.monotonic() > deadline or launcher.poll() is not None:
+                pytest.fail(f"job did not train: {launcher.communicate(timeout=10)[1][-2000:]}")
+            time.sleep(0.2)
+        yield launcher
+    finally:
+        if launcher.poll() is None:
+            for p in psutil.Process(launcher.pid).children(recursive=True):
+                p.kill()
+            launcher.kill()
+            launcher.wait()
+
+
 def _child_pid(launcher: subprocess.Popen, role: str, node: str) -> int | None:
     """Pid of the launcher's child with DISTGNN_ROLE=role on node `node`, if started."""
     for p in psutil.Process(launcher.pid).children(recursive=True):
@@ -264,32 +292,11 @@ def test_a_stopped_sampler_ends_the_job_within_the_rpc_timeout(made, tmp_path):
         f"sampler.rpc_timeout_s={rpc_timeout}",
         "cluster.shutdown_timeout_s=3",
     ]
-    launcher = subprocess.Popen(
-        [sys.executable, "-m", "app", *args],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 90
-        while (
-            not (job / "logs" / "trainer0-0.log").exists()
-            or "epoch" not in (job / "logs" / "trainer0-0.log").read_text()
-        ):
-            if time.monotonic() > deadline or launcher.poll() is not None:
-                pytest.fail(f"job did not train: {launcher.communicate(timeout=10)[1][-2000:]}")
-            time.sleep(0.2)
+    with training_launcher(args, job, wait_s=90) as launcher:
         os.kill(_child_pid(launcher, "sampler", "1"), signal.SIGSTOP)
         stopped = time.monotonic()
         _, err = launcher.communicate(timeout=rpc_timeout + 30)
         took = time.monotonic() - stopped
-    finally:
-        if launcher.poll() is None:
-            for p in psutil.Process(launcher.pid).children(recursive=True):
-                p.kill()
-            launcher.kill()
-            launcher.wait()
     assert launcher.returncode not in (0, None)
     assert "sampler1-0-0 failed (no heartbeat for" in err, err[-2000:]
     assert took < rpc_timeout + 15, took
