@@ -183,10 +183,12 @@ def _close_tracking(cfg: Config, job_dir: Path, status: str, error: str | None =
         return True
     from mlflow.tracking import MlflowClient
 
+    from app.tracking.mlflow import check_store
     from app.tracking.redact import redact_text, redacted_copy
 
     run_id = run_file.read_text().strip()
     try:
+        check_store(cfg.tracking_uri)  # fails at once where MLflow would retry for ~100 s
         client = MlflowClient(tracking_uri=cfg.tracking_uri)
         if (job_dir / "logs").is_dir():
             with redacted_copy(job_dir / "logs") as logs:

@@ -38,6 +38,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from app.config import ConfigError
 from app.fsutil import file_lock, write_text_atomic
 from app.tracking import partition_stats, plots, store_template
 from app.tracking.naming import job_overrides
@@ -163,6 +164,19 @@ def sqlite_path(uri: str) -> Path | None:
     return Path(uri[len("sqlite:///") :])
 
 
+def check_store(uri: str) -> None:
+    """Refuse, in one line, a SQLite store that cannot be opened for writing (a folder in the
+    file's place, a read-only location): MLflow would retry opening it for about 100 s first."""
+    db = sqlite_path(uri)
+    if db is None:
+        return
+    if db.exists() and not db.is_file():
+        raise ConfigError(f"mlflow.tracking_uri={uri!r}: {db} is not a file; name a .db file")
+    where = db if db.exists() else next(p for p in db.parents if p.exists())
+    if not os.access(where, os.W_OK):
+        raise ConfigError(f"mlflow.tracking_uri={uri!r}: {where} is not writable")
+
+
 class MlflowTracker(Tracker):
     """One MLflow run per job, addressed by id through an `MlflowClient`."""
 
@@ -181,6 +195,7 @@ class MlflowTracker(Tracker):
         """Open (creating, migrating) the store and the experiment under the DB's file lock."""
         from mlflow.tracking import MlflowClient
 
+        check_store(self.tracking_uri)
         db = sqlite_path(self.tracking_uri)
         if db is None:
             self.client = MlflowClient(self.tracking_uri)

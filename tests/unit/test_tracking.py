@@ -265,3 +265,22 @@ def test_fresh_stores_copy_a_migrated_template(tmp_path, monkeypatch):
         tr.log_metrics({"x": 2.0}, step=0)
     assert client(second).get_run(run_id).data.metrics["x"] == 2.0
     assert [e.name for e in client(second).search_experiments()] == ["b", "Default"]
+
+
+def test_a_store_that_cannot_be_opened_is_one_line_at_once(tmp_path):
+    """A folder where the SQLite file should be: MLflow would retry opening it for ~100 s and
+    end in a SQLAlchemy traceback; the job says so in one line instead, before any work."""
+    from app.config import ConfigError
+    from tests.conftest import run_app
+
+    (tmp_path / "m.db").mkdir()
+    uri = f"sqlite:///{tmp_path}/m.db"
+    with pytest.raises(ConfigError, match=r"m\.db is not a file"):
+        MlflowTracker(uri)
+    proc = run_app(
+        "+experiment=smoke", f"output_dir={tmp_path}", f"dataset.root={tmp_path}/data",
+        f"mlflow.tracking_uri={uri}", f"hydra.run.dir={tmp_path}/run", timeout=60,
+    )  # fmt: skip
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode != 0 and len(lines) == 1, proc.stderr[-2000:]
+    assert lines[0].startswith("config error: mlflow.tracking_uri=") and "not a file" in lines[0]
