@@ -245,9 +245,10 @@ class _Table:
 
     def put(self, ids: Tensor, lead: Tensor, result: Tensor, dest: Tensor | None) -> None:
         """Store the rows `result` of the nodes `ids` (at rows `lead`)."""
-        if dest is not None and result is dest:
-            return  # written in place, straight into this process's shard
-        if self.held:  # the targets' rows are in this process's shard
+        if dest is not None:  # the targets' rows, a block of this process's shard
+            if result is not dest:  # else written in place already
+                dest.copy_(result)
+        elif self.held:  # in this process's shard, but not one block (or computed elsewhere)
             _store(self.buf, lead, range_start(lead), result)
         else:
             self.table[ids] = result.cpu()
