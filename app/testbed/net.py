@@ -117,12 +117,18 @@ class Testbed:
         return ["ip", "netns", "exec", self.netns(i), *cmd]
 
     def host_cmd(self, i: int, cmd: list[str]) -> list[str]:
-        """`cmd` run as a process of host i: its network namespace and a PID namespace of its
-        own (with its own /proc), as on a machine of its own. Without the PID namespace,
-        TensorPipe would move tensors between hosts by cross-memory attach (its `cma`
-        channel only checks the boot id, PID and user namespaces), never touching the link.
-        The command is PID 1 there: when it ends, every process it left on the host ends."""
-        return self.netns_cmd(i, ["unshare", "--pid", "--fork", "--mount-proc", *cmd])
+        """`cmd` run as a process of host i: its network namespace, and PID and mount
+        namespaces of its own (its own /proc and /dev/shm), as on a machine of its own.
+
+        Without the PID namespace, TensorPipe would move tensors between hosts by cross-memory
+        attach (its `cma` channel checks only the boot id, PID and user namespaces), never
+        touching the link; without its own /dev/shm, PID-named shared-memory files of two
+        hosts would collide. The command is PID 1 there: when it ends, every process it left
+        on the host ends.
+        """
+        own_shm = 'mount -t tmpfs -o mode=1777 tmpfs /dev/shm && exec "$0" "$@"'
+        unshare = ["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", own_shm]
+        return self.netns_cmd(i, [*unshare, *cmd])
 
     def up(self, rate: str | None = None) -> None:
         """Create what is missing of hosts 0..N-1 (and remove higher ones); shape every host."""
