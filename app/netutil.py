@@ -141,18 +141,23 @@ def loopback_ifname_env(master_addr: str) -> dict[str, str]:
     return {"GLOO_SOCKET_IFNAME": name, "TP_SOCKET_IFNAME": name} if name else {}
 
 
-def route_ifname(addr: str) -> str | None:
-    """The interface holding this machine's source address toward `addr` (no packet sent)."""
-    import psutil
-
+def route_source(addr: str) -> str | None:
+    """This machine's source address toward `addr` (a UDP connect: no packet is sent)."""
     with socket.socket(_family(addr), socket.SOCK_DGRAM) as s:
         try:
             s.connect((addr, 9))
         except OSError:
             return None
-        local = s.getsockname()[0]
+        return s.getsockname()[0]
+
+
+def route_ifname(addr: str) -> str | None:
+    """The interface holding this machine's source address toward `addr`."""
+    import psutil
+
+    local = route_source(addr)
     for name, addrs in psutil.net_if_addrs().items():
-        if any(a.address == local for a in addrs):
+        if local and any(a.address == local for a in addrs):
             return name
     return None
 

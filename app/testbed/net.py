@@ -124,10 +124,11 @@ class Testbed:
         attach (its `cma` channel checks only the boot id, PID and user namespaces), never
         touching the link; without its own /dev/shm, PID-named shared-memory files of two
         hosts would collide. The command is PID 1 there: when it ends, every process it left
-        on the host ends.
+        on the host ends; a SIGTERM to the returned command reaches it.
         """
         own_shm = 'mount -t tmpfs -o mode=1777 tmpfs /dev/shm && exec "$0" "$@"'
-        unshare = ["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", own_shm]
+        unshare = ["unshare", "--pid", "--fork", "--kill-child=SIGTERM", "--mount-proc"]
+        unshare += ["sh", "-c", own_shm]
         return self.netns_cmd(i, [*unshare, *cmd])
 
     def up(self, rate: str | None = None) -> None:

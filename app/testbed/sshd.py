@@ -67,6 +67,8 @@ def _config(tb: Testbed, i: int, state: Path) -> Path:
         "X11Forwarding no\n"
         "PrintMotd no\n"
         "AcceptEnv none\n"
+        "ClientAliveInterval 1\n"  # a client cut off: its session, and the job's
+        "ClientAliveCountMax 5\n"  # processes under it, end within 5 s
     )
     return cfg
 
