@@ -34,6 +34,8 @@ RATE_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tbit": 10*
 class TestbedError(RuntimeError):
     """A refusal or failure of the testbed, one line naming what and how to fix it."""
 
+    __test__ = False  # not a pytest class
+
 
 def parse_rate(rate: str | None) -> int | None:
     """Bits per second of `rate` ("10gbit", "500mbit"); None for unshaped ("", "none")."""
@@ -81,6 +83,8 @@ def _run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 @dataclass(frozen=True)
 class Testbed:
     """N hosts named by `prefix` on the private `subnet` (see the module docstring)."""
+
+    __test__ = False  # not a pytest class
 
     hosts: int = 2
     prefix: str = DEFAULT_PREFIX

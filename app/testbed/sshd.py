@@ -2,8 +2,9 @@
 
 The keys (a host key and a client key made for this testbed), `authorized_keys`, each host's
 sshd config and an `ip_config.txt` of the hosts' addresses live in a private folder,
-`state_dir(prefix)` (mode 0700, removed by `stop_sshd`). `ssh_cmd(prefix)` is the client
-command for `cluster.ssh_cmd`: that key, no known_hosts, no user ssh config.
+`state_dir(prefix)` (mode 0700, removed by `stop_sshd`), with the client's `ssh_config`
+(that key, as root, no known_hosts); `ssh_cmd(prefix)` is the client command for
+`cluster.ssh_cmd`.
 """
 
 from __future__ import annotations
@@ -24,10 +25,20 @@ def state_dir(prefix: str) -> Path:
 
 
 def ssh_cmd(prefix: str) -> str:
-    key = state_dir(prefix) / "id_ed25519"
-    return (
-        f"ssh -F /dev/null -i {key} -o IdentitiesOnly=yes -o StrictHostKeyChecking=no "
-        "-o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o ConnectTimeout=5"
+    """The client command for `cluster.ssh_cmd`: `ssh -F <state>/ssh_config`."""
+    return f"ssh -F {state_dir(prefix) / 'ssh_config'}"
+
+
+def _client_config(state: Path) -> None:
+    (state / "ssh_config").write_text(
+        "Host *\n"
+        f"  IdentityFile {state / 'id_ed25519'}\n"
+        "  IdentitiesOnly yes\n"
+        "  User root\n"
+        "  StrictHostKeyChecking no\n"
+        "  UserKnownHostsFile /dev/null\n"
+        "  LogLevel ERROR\n"
+        "  ConnectTimeout 5\n"
     )
 
 
@@ -84,6 +95,7 @@ def start_sshd(tb: Testbed) -> Path:
     _keygen(state / "host_key")
     _keygen(state / "id_ed25519")
     shutil.copy(state / "id_ed25519.pub", state / "authorized_keys")
+    _client_config(state)
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation dir
     (state / "ip_config.txt").write_text("".join(f"{tb.addr(i)}\n" for i in range(tb.hosts)))
     for i in range(tb.hosts):

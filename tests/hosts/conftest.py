@@ -21,7 +21,7 @@ JOB = ("+experiment=smoke", "cluster.num_nodes=2", "mlflow.enabled=false", "trai
 KEYS = ("loss", "train_acc", "val_acc", "test_acc")
 
 
-def _unavailable() -> str | None:
+def unavailable() -> str | None:
     """Why the testbed cannot run here, or None."""
     try:
         check_support()
@@ -37,7 +37,7 @@ def _unavailable() -> str | None:
 @pytest.fixture(scope="session")
 def bed() -> Iterator[Testbed]:
     """Two unshaped hosts with an sshd each, under a prefix of this test session's own."""
-    reason = _unavailable()
+    reason = unavailable()
     if reason:
         pytest.skip(f"multi-host testbed unavailable: {reason}")
     tb = Testbed(hosts=2, prefix=f"dgt{os.getpid() % 100000}")
@@ -60,13 +60,32 @@ def made(tmp_path_factory) -> Path:
     return out
 
 
+class LocalRun:
+    """The same job on one machine (`cluster=local`, loopback), started at once in the
+    background so it overlaps the first job across hosts; `result()` waits for it."""
+
+    def __init__(self, made: Path) -> None:
+        self.job = made / "local"
+        cmd = [sys.executable, "-m", "app", *JOB, *paths(made), f"hydra.run.dir={self.job}"]
+        self.log = made / "local.log"
+        with open(self.log, "w") as fh:
+            self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT)
+
+    def result(self) -> dict:
+        assert self.proc.wait(timeout=240) == 0, self.log.read_text()[-2000:]
+        return json.loads((self.job / "result.json").read_text())
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+
+
 @pytest.fixture(scope="session")
-def local_result(made: Path) -> dict:
-    """The same job on one machine (`cluster=local`, loopback): the reference metrics."""
-    job = made / "local"
-    proc = run_app(*JOB, *paths(made), f"hydra.run.dir={job}", timeout=240)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads((job / "result.json").read_text())
+def local_run(made: Path) -> Iterator[LocalRun]:
+    run = LocalRun(made)
+    yield run
+    run.stop()
 
 
 def paths(out: Path) -> list[str]:
