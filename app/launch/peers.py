@@ -26,7 +26,7 @@ from typing import Any
 
 from app.netutil import bound_store, route_source
 
-STORE_OP_TIMEOUT_S = 5.0
+STORE_OP_TIMEOUT_S = 2.0  # one store call; a launcher's exit waits for at most one
 
 
 @dataclass
@@ -134,7 +134,11 @@ class PeerWatch:
         self.close()
 
     def close(self) -> None:
+        """Stop beating; wait for the beat thread to leave any store call (one blocked in C++
+        when the interpreter exits aborts the process), then drop the store."""
         self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=2 * STORE_OP_TIMEOUT_S)
         self._store = None
 
 
