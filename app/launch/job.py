@@ -108,7 +108,6 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
         verify_for_job(cfg, partition_root)  # before any child: a corrupt file is one line
     plan = plan_job(cfg, job_dir, partition_root, ports, extra_env=extra)
     check_ports_free(cfg, plan)
-    peers = peer_watch(cfg, plan)
     if isinstance(plan, EnvPlan):
         die_with_parent()  # torchrun / srun killed: take this node's share down with it
     save_config(cfg, job_dir / "config.yaml")
@@ -129,8 +128,9 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
     if cfg.mlflow.enabled:  # runs a SIGKILLed launcher left RUNNING: KILLED (app.launch.orphans)
         end_orphaned_runs(Path(cfg.output_dir), cfg.tracking_uri, job_dir)
         write_pid_file(job_dir)
-    status, error = "FAILED", None
+    status, error, peers = "FAILED", None, None
     try:
+        peers = peer_watch(cfg, plan)  # closed in `finally`: its thread must not outlive it
         run_procs(
             plan.procs,
             job_dir / "logs",
