@@ -66,6 +66,7 @@ class ProcSpec:
     cmd: list[str]
     env: dict[str, str]
     runtime: Runtime
+    via_ssh: bool = False  # cmd is an ssh client running the process on `host`
 
 
 @dataclass(frozen=True)
@@ -353,7 +354,9 @@ def _specs(
             cmd = [python, "-m", WORKER_MODULE]
             if workdir is not None:
                 cmd = ssh_command(cfg, host, env, workdir)
-            out.append(ProcSpec(rt.name, rt.role, node_rank, host, cmd, env, rt))
+            out.append(
+                ProcSpec(rt.name, rt.role, node_rank, host, cmd, env, rt, workdir is not None)
+            )
     return tuple(out)
 
 

@@ -290,8 +290,13 @@ def _watch_exit(child: Child, exits: queue.Queue[Child]) -> None:
     exits.put(child)
 
 
+SSH_FAILED = 255  # ssh's own exit code: connection refused, lost or timed out
+
+
 def _failure(child: Child, reason: str = "") -> JobFailed:
     child.reader.join(timeout=5)  # the last lines are the interesting ones
+    if not reason and child.spec.via_ssh and child.proc.returncode == SSH_FAILED:
+        reason = f"ssh to {child.spec.host} lost: host down, link cut or sshd gone"
     return JobFailed(
         child.spec.name, child.proc.returncode, list(child.tail), child.log_path, reason
     )

@@ -260,3 +260,37 @@ def test_torchrun_job_across_hosts(bed, made, local_run, tmp_path):
     check_same_as_local(result, local_run.result())
     check_wire(result)
     assert job_pids(bed, 0) == job_pids(bed, 1) == []
+
+
+@pytest.mark.long
+def test_cut_link_in_ssh_mode_names_the_host(bed, made, tmp_path):
+    args = [*JOB, *paths(made), *ssh_args(bed, state_dir(bed.prefix) / "ip_config.txt")]
+    args += [f"cluster.master_port={BASE_PORT}", f"hydra.run.dir={tmp_path / 'job'}"]
+    args += ["train.epochs=1000", f"sampler.rpc_timeout_s={RPC_TIMEOUT_S}"]
+    args += ["cluster.shutdown_timeout_s=3"]
+    log = tmp_path / "launcher.log"
+    launcher = host_app(bed, 0, args, log)
+    try:
+        deadline = time.monotonic() + 180
+        while "epoch 2:" not in log.read_text():
+            assert time.monotonic() < deadline and launcher.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.2)
+        bed.link(1, up=False)
+        start = time.monotonic()
+        codes = wait_all([launcher], RPC_TIMEOUT_S + 30)
+        took = time.monotonic() - start
+        # h1's sshd drops the session of a client silent for 5 s: the worker under it ends
+        left = _until_empty(lambda: job_pids(bed, 1), 15)
+    finally:
+        bed.link(1, up=True)
+    with _logs_on_failure(log):
+        assert codes == [1] and took <= RPC_TIMEOUT_S + 10, (codes, took)
+        assert f"ssh to {bed.addr(1)} lost" in log.read_text()
+        assert job_pids(bed, 0) == [] and left == []
+
+
+def _until_empty(get, limit_s: float) -> list:
+    deadline = time.monotonic() + limit_s
+    while (left := get()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
