@@ -15,6 +15,9 @@ to the configured address:
 - `loopback_ifname_env(addr)`: gloo's and TensorPipe's own data sockets listen on the interface
   named by GLOO_SOCKET_IFNAME / TP_SOCKET_IFNAME; set to the loopback interface when the
   master address is a loopback one (the launcher passes them to every local child).
+- `route_ifname_env(addr)`: the same variables for a remote master, set by each child on its
+  own machine: the interface holding this machine's address on the route to the master, so
+  data sockets listen on that address only (not on one guessed from the host name).
 """
 
 from __future__ import annotations
@@ -135,6 +138,33 @@ def loopback_ifname() -> str | None:
 def loopback_ifname_env(master_addr: str) -> dict[str, str]:
     """GLOO_SOCKET_IFNAME / TP_SOCKET_IFNAME = the loopback interface for a loopback master."""
     name = loopback_ifname() if is_loopback_ip(master_addr) else None
+    return {"GLOO_SOCKET_IFNAME": name, "TP_SOCKET_IFNAME": name} if name else {}
+
+
+def route_source(addr: str) -> str | None:
+    """This machine's source address toward `addr` (a UDP connect: no packet is sent)."""
+    with socket.socket(_family(addr), socket.SOCK_DGRAM) as s:
+        try:
+            s.connect((addr, 9))
+        except OSError:
+            return None
+        return s.getsockname()[0]
+
+
+def route_ifname(addr: str) -> str | None:
+    """The interface holding this machine's source address toward `addr`."""
+    import psutil
+
+    local = route_source(addr)
+    for name, addrs in psutil.net_if_addrs().items():
+        if local and any(a.address == local for a in addrs):
+            return name
+    return None
+
+
+def route_ifname_env(master_addr: str) -> dict[str, str]:
+    """GLOO_SOCKET_IFNAME / TP_SOCKET_IFNAME = the interface this machine reaches the master by."""
+    name = route_ifname(master_addr)
     return {"GLOO_SOCKET_IFNAME": name, "TP_SOCKET_IFNAME": name} if name else {}
 
 

@@ -26,6 +26,7 @@ BENCHES = [
     "layerwise_kernel",  # layer-wise mean aggregation with vs without software prefetch
     "fresh_memory",  # what touching fresh vs just-freed memory costs on this machine
     "verify",  # content verification of a loaded part (xxh3 + NaN check), 200k nodes
+    "hosts",  # the e2e job across 2 and 3 testbed hosts, unshaped and shaped (root + netns)
 ]
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from app.config import Config, heartbeat_timeout_s, save_config
+from app.config import Config, ConfigError, heartbeat_timeout_s, save_config
 from app.fsutil import file_lock
 from app.launch.orphans import (
     PID_FILE,
@@ -30,6 +30,7 @@ from app.launch.orphans import (
     remove_pid_file,
     write_pid_file,
 )
+from app.launch.peers import PeerWatch
 from app.launch.plan import EnvPlan, ProcessPlan, plan_job, plan_ports
 from app.launch.precheck import (
     check_partition_root,
@@ -127,15 +128,19 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
     if cfg.mlflow.enabled:  # runs a SIGKILLed launcher left RUNNING: KILLED (app.launch.orphans)
         end_orphaned_runs(Path(cfg.output_dir), cfg.tracking_uri, job_dir)
         write_pid_file(job_dir)
-    status, error = "FAILED", None
+    status, error, peers = "FAILED", None, None
     try:
+        peers = peer_watch(cfg, plan)  # closed in `finally`: its thread must not outlive it
         run_procs(
             plan.procs,
             job_dir / "logs",
             echo=_echo_names(plan),
             shutdown_timeout_s=cfg.cluster.shutdown_timeout_s,
             heartbeat_timeout_s=heartbeat_timeout_s(cfg),
+            peers=peers,
         )
+        if peers is not None:
+            peers.finish()
         status = "FINISHED"
     except JobFailed as err:
         error = err.culprit
@@ -150,8 +155,28 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
         error = f"launcher: {type(err).__name__}: {first}"
         raise
     finally:
+        if peers is not None:
+            peers.close()
         finish_tracking(cfg, job_dir, status, error)
     return _read_result(job_dir, plan)
+
+
+def peer_watch(cfg: Config, plan: ProcessPlan) -> PeerWatch | None:
+    """Env mode across nodes: this launcher's watch over the others (`app.launch.peers`),
+    through a store on the master address, port `rpc + 1`; None in other modes."""
+    if not isinstance(plan, EnvPlan) or cfg.cluster.num_nodes < 2 or not plan.procs:
+        return None
+    master, port = plan.procs[0].runtime.master_addr, plan.ports.rpc + 1
+    watch = PeerWatch(
+        plan.node_rank, cfg.cluster.num_nodes, {0: master}, port,
+        heartbeat_timeout_s(cfg), cfg.cluster.heartbeat_s,
+    )  # fmt: skip
+    try:
+        return watch.start()
+    except OSError as err:
+        raise ConfigError(
+            f"launchers' liveness store, {master}:{port}: {err.strerror or err}"
+        ) from None
 
 
 def finish_tracking(cfg: Config, job_dir: Path, status: str, error: str | None) -> None:

@@ -21,6 +21,7 @@ nothing downstream derives ports. The deployment mode is a type, not a flag:
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import shlex
@@ -30,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.config import Config, ConfigError, check_remote
+from app.config import Config, ConfigError, check_remote, heartbeat_timeout_s
 from app.launch.heartbeat import heartbeat_env
 from app.netutil import loopback_ifname_env
 from app.runtime import Runtime
@@ -65,6 +66,7 @@ class ProcSpec:
     cmd: list[str]
     env: dict[str, str]
     runtime: Runtime
+    via_ssh: bool = False  # cmd is an ssh client running the process on `host`
 
 
 @dataclass(frozen=True)
@@ -317,13 +319,19 @@ def ssh_command(cfg: Config, host: str, env: dict[str, str], workdir: str) -> li
 
     `-tt` gives the remote command a terminal, so closing the ssh client (the launcher killing
     it) hangs up the remote worker too; BatchMode fails fast instead of asking for a password.
+    The client probes the host every `cluster.heartbeat_s` and gives up after the heartbeat
+    timeout of silence ("Timeout, server HOST not responding"): a host cut off fails the job
+    like a silent child, named.
     """
     assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
     remote = (
         f"cd {shlex.quote(workdir)} && exec env {assigns} "
         f"{shlex.quote(cfg.cluster.python)} -m {WORKER_MODULE}"
     )
-    return [*shlex.split(cfg.cluster.ssh_cmd), "-o", "BatchMode=yes", "-tt", host, remote]
+    every = max(1, round(cfg.cluster.heartbeat_s))
+    probes = max(2, math.ceil(heartbeat_timeout_s(cfg) / every))
+    alive = ["-o", f"ServerAliveInterval={every}", "-o", f"ServerAliveCountMax={probes}"]
+    return [*shlex.split(cfg.cluster.ssh_cmd), "-o", "BatchMode=yes", *alive, "-tt", host, remote]
 
 
 def _specs(
@@ -346,7 +354,9 @@ def _specs(
             cmd = [python, "-m", WORKER_MODULE]
             if workdir is not None:
                 cmd = ssh_command(cfg, host, env, workdir)
-            out.append(ProcSpec(rt.name, rt.role, node_rank, host, cmd, env, rt))
+            out.append(
+                ProcSpec(rt.name, rt.role, node_rank, host, cmd, env, rt, workdir is not None)
+            )
     return tuple(out)
 
 

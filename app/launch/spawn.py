@@ -35,6 +35,7 @@ from typing import IO
 from app.interrupt import TERMINATED, check_terminated
 from app.launch import heartbeat
 from app.launch.heartbeat import HeartbeatWatch
+from app.launch.peers import PeerWatch
 from app.launch.plan import ProcSpec
 from app.tracking.redact import redact_text
 
@@ -69,6 +70,15 @@ class JobFailed(RuntimeError):
         lines = "\n".join(f"  {line}" for line in tail) or "  (no output)"
         super().__init__(f"{name} failed ({how}); log {log_path}, last lines:\n{lines}")
         self.culprit = f"{name} failed ({how})" + (f": {_culprit_line(tail)}" if tail else "")
+
+
+class PeerLost(JobFailed):
+    """Another machine of the job stopped answering (`app.launch.peers`); `culprit` names it."""
+
+    def __init__(self, line: str) -> None:
+        RuntimeError.__init__(self, line)
+        self.name, self.returncode, self.tail, self.log_path = "launcher", 1, [], Path()
+        self.culprit = line
 
 
 def _culprit_line(tail: list[str]) -> str:
@@ -280,8 +290,13 @@ def _watch_exit(child: Child, exits: queue.Queue[Child]) -> None:
     exits.put(child)
 
 
+SSH_FAILED = 255  # ssh's own exit code: connection refused, lost or timed out
+
+
 def _failure(child: Child, reason: str = "") -> JobFailed:
     child.reader.join(timeout=5)  # the last lines are the interesting ones
+    if not reason and child.spec.via_ssh and child.proc.returncode == SSH_FAILED:
+        reason = f"ssh to {child.spec.host} lost: host down, link cut or sshd gone"
     return JobFailed(
         child.spec.name, child.proc.returncode, list(child.tail), child.log_path, reason
     )
@@ -306,6 +321,7 @@ def run_procs(
     shutdown_timeout_s: float = 10.0,
     timeout_s: float | None = None,
     heartbeat_timeout_s: float | None = None,
+    peers: PeerWatch | None = None,
 ) -> None:
     """Run `procs` to completion; raise `JobFailed` on the first failure (after stopping all).
 
@@ -315,6 +331,8 @@ def run_procs(
         timeout_s: stop everything and raise `TimeoutError` after this long (None: no limit).
         heartbeat_timeout_s: a child told to beat (`app.launch.heartbeat`) that is silent this
             long fails the job like a crash, named (None: heartbeats not watched).
+        peers: the other machines' launchers (env mode): one lost stops every child and
+            raises `PeerLost` naming it.
     """
     log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -334,7 +352,7 @@ def run_procs(
                 ).start()
             by_name = {c.spec.name: c for c in children}
             for _ in children:
-                child, silence = _next_event(exits, deadline, timeout_s, watch, by_name)
+                child, silence = _next_event(exits, deadline, timeout_s, watch, by_name, peers)
                 if silence is not None:
                     stop_children(children, shutdown_timeout_s)
                     raise _failure(
@@ -356,10 +374,11 @@ def _next_event(
     timeout_s: float | None,
     watch: HeartbeatWatch,
     by_name: dict[str, Child],
+    peers: PeerWatch | None = None,
 ) -> tuple[Child, float | None]:
-    """(the next child to exit, None) or (a silent child, seconds of silence).
-
-    Short waits, so Ctrl-C / SIGTERM and heartbeats are handled promptly.
+    """(the next child to exit, None) or (a silent child, seconds of silence); raises
+    `PeerLost` (children still running: the caller's `finally` stops them) when another
+    machine is lost. Short waits, so Ctrl-C / SIGTERM and heartbeats are handled promptly.
     """
     while True:
         check_terminated()
@@ -372,3 +391,6 @@ def _next_event(
         silent = watch.silent()
         if silent is not None:
             return by_name[silent[0]], silent[1]
+        lost = peers.lost() if peers is not None else None
+        if lost is not None:
+            raise PeerLost(lost)

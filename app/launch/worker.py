@@ -22,6 +22,7 @@ import traceback
 import warnings
 
 from app.launch.heartbeat import start_heartbeat
+from app.netutil import route_ifname_env
 from app.runtime import Runtime
 
 log = logging.getLogger("distgnn")
@@ -80,6 +81,8 @@ def main() -> int:
     except RuntimeError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR
+    for key, value in route_ifname_env(runtime.master_addr).items():
+        os.environ.setdefault(key, value)  # before torch: data sockets on this host's address
     setup_logging(runtime)
     # torch's object collectives warn on every gloo call; the job uses them on purpose.
     warnings.filterwarnings("ignore", message="You are using a Backend", category=UserWarning)

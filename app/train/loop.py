@@ -36,6 +36,7 @@ from app.train.checkpoint import (
     rng_state,
     save_checkpoint,
 )
+from app.train.wire import WireMeter
 
 log = logging.getLogger("distgnn.train")
 
@@ -184,7 +185,8 @@ def fit(
     Per epoch: `loss, train_acc, epoch_time_s, seeds_per_s, sampled_edges_per_s,
     data_wait_frac, steps` and, on evaluation epochs, `val_*` / `test_*` from
     `task.evaluate(("val", "test"))` (`acc`; `auc`, `mrr` for links), logged to `tracker` with
-    step = epoch. After every epoch the checkpoint is written (rank 0; every rank takes part
+    step = epoch; in a job across machines, each host's bytes on the wire per batch and per
+    evaluation (`app.train.wire`). After every epoch the checkpoint is written (rank 0; every rank takes part
     in gathering distributed embedding rows) BEFORE the metrics are logged; with `opts.resume`
     every rank restores it and continues after the saved epoch.
 
@@ -194,8 +196,10 @@ def fit(
     """
     first, position = _resume(task, opts)
     metrics: dict[str, float] = {}
+    wire = WireMeter.for_job()
     for epoch in range(first, opts.epochs):
         _data_path(task.loaders["train"], 0)  # restart the counters: this epoch's traffic only
+        start = wire.read() if wire else None
         done = None
         if position is not None and position.epoch == epoch:
             done = EpochStats(**position.stats[min(_rank(), len(position.stats) - 1)])
@@ -211,8 +215,13 @@ def fit(
         )
         metrics = {"epoch": float(epoch), **stats.as_metrics()}
         metrics.update(_data_path(task.loaders["train"], stats.steps))
+        trained = wire.read() if wire else None
+        if wire:
+            metrics.update(wire.metrics("batch", start, trained, stats.steps / wire.num_nodes))
         if (epoch + 1) % opts.eval_every == 0 or epoch == opts.epochs - 1:
             metrics.update(task.evaluate(("val", "test")))
+            if wire:
+                metrics.update(wire.metrics("eval", trained, wire.read(), 1.0))
         if opts.checkpoint and opts.job_dir:
             state = task.state_dict()  # collective for distributed tables
             rngs = gather_rng_states()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 from pathlib import Path
@@ -178,8 +179,12 @@ def test_ssh_plan_commands(compose, tmp_path):
         ("sampler1-0-0", "node-b"),
     ]
     p = plan.procs[2]
-    assert p.cmd[:5] == ["ssh", "-o", "BatchMode=yes", "-tt", "node-b"]
-    remote = shlex.split(p.cmd[5])
+    probes = math.ceil(cfg.sampler.rpc_timeout_s / 2)  # the heartbeat timeout, 1 s probes
+    assert p.cmd[:9] == [
+        "ssh", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=1",
+        "-o", f"ServerAliveCountMax={probes}", "-tt", "node-b",
+    ]  # fmt: skip
+    remote = shlex.split(p.cmd[9])
     assert remote[:3] == ["cd", "/shared/my repo", "&&"]
     assert remote[3:5] == ["exec", "env"]
     assert remote[-3:] == ["/opt/venv/bin/python", "-m", "app.launch.worker"]
