@@ -54,7 +54,7 @@ def test_success_writes_prefixed_logs_and_echoes(tmp_path, capsys):
     ]
     assert (tmp_path / "logs" / "b.log").read_text() == "[b] from b\n"
     out = capsys.readouterr().out
-    assert "[a] bar 50%\r[a] bar 100%\n" in out  # progress bars redraw in place
+    assert "[a] bar 50%\n[a] bar 100%\n" in out  # not a terminal: a bar's states are lines
     assert "from b" not in out
 
 

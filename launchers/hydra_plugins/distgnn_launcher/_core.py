@@ -70,10 +70,14 @@ def launch(
                 rows.append(job_row(idx, runs[-1], time.perf_counter() - start))
                 if runs[-1].status == JobStatus.FAILED:
                     status = "FAILED"
-                    log.error("job #%d failed: %s", idx, runs[-1]._return_value)
+                    log.error("job #%d failed: %s", idx, rows[-1].error)
                     if launcher.stop_on_failure:
                         break
         report_sweep(config, sweep_dir, runs, rows, launcher.parent_run_id)
+        if status == "FAILED":  # Hydra's sweeper would re-raise the job's error, traceback and all
+            failed = sum(r.status == "FAILED" for r in rows)
+            print(f"sweep failed: {failed} of {len(rows)} jobs failed (see the table)", flush=True)
+            raise SystemExit(1)
     except KeyboardInterrupt:
         status = "KILLED"
         raise
@@ -177,7 +181,18 @@ def job_row(idx: int, ret: JobReturn, seconds: float):  # -> app.tracking.summar
         time_s=seconds,
         job_dir=job_dir,
         run_id=read_run_id(job_dir) if job_dir else None,
+        error="" if ok else error_line(ret._return_value),
     )
+
+
+def error_line(err: object) -> str:
+    """A failed job's reason in one line: the culprit of a `JobFailed`, else type: message."""
+    from app.launch.spawn import JobFailed
+
+    if isinstance(err, JobFailed):
+        return err.culprit
+    first = (str(err).strip().splitlines() or [""])[0]
+    return f"{type(err).__name__}: {first}" if isinstance(err, BaseException) else first
 
 
 def report_sweep(
@@ -202,6 +217,8 @@ def report_sweep(
             for row in rows:
                 if row.run_id and not row.metrics:
                     row.metrics = dict(client.get_run(row.run_id).data.metrics)
+                if row.run_id and row.time_s is not None:  # `report` shows the same time
+                    client.log_metric(row.run_id, summary.JOB_TIME_METRIC, row.time_s)
         first = next((r.cfg for r in runs if r.cfg is not None), None)
         monitor = summary.monitor_key(first if first is not None else cfg)
         table = summary.format_table(rows, monitor)
