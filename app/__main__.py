@@ -184,6 +184,11 @@ def cli() -> None:
     """`python -m app ...` and the `distgnn` console script."""
     if signal.getsignal(signal.SIGTERM) is not _on_sigterm:  # the console script starts here
         signal.signal(signal.SIGTERM, _on_sigterm)
+    if sys.argv[1:2] in (["--help"], ["-h"]):
+        from app.cli_help import help_text
+
+        print(help_text(CONF_DIR), end="")
+        sys.exit(0)
     if sys.argv[1:2] == ["report"]:  # reads the MLflow store: not a Hydra run
         from app.report import main as report
 

@@ -142,7 +142,10 @@ def run_summary(cfg: Any, job_dir: str | Path, result: dict[str, float]) -> str:
     monitor = monitor_key(cfg)
     shown = [m for m in dict.fromkeys((monitor, *METRIC_COLUMNS[:8])) if m in metrics]
     lines = ["", "=" * 72, f"distgnn: {cfg.experiment or cfg.dataset.name} finished"]
-    lines.append("  final:     " + "  ".join(f"{m}={_fmt(m, metrics[m])}" for m in shown))
+    if shown:
+        lines.append("  final:     " + "  ".join(f"{m}={_fmt(m, metrics[m])}" for m in shown))
+    else:  # a node other than node 0 of an env/torchrun job: the metrics are written there
+        lines.append("  final:     on node 0 (this machine ran its share of the job)")
     if "epoch_time_s" in metrics:
         lines.append(
             f"  last epoch {_fmt('epoch_time_s', metrics['epoch_time_s'])} s, "

@@ -27,6 +27,7 @@ from pathlib import Path
 
 START_TIMEOUT_S = 300.0  # ~20 s on an idle machine, minutes on a loaded one
 BROWSER_TIMEOUT_S = 120.0
+STOP_GRACE_S = 3.0  # a viewer holds nothing to flush: SIGKILL what SIGTERM has not ended by then
 GENAI_MARKER = ">Evaluation runs<"  # in the GenAI navigation only
 CHARTS_MARKER = "Model metrics"  # heading of the runs' metric charts
 
@@ -53,7 +54,7 @@ def free_port() -> int:
 
 def _stop(proc: subprocess.Popen) -> None:
     """SIGTERM the server's whole process group (uvicorn workers outlive `mlflow ui`), then KILL."""
-    for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+    for sig, wait_s in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 1.0)):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
@@ -100,13 +101,15 @@ def mlflow_ui(store: Path, port: int, log_file: Path | None = None) -> Iterator[
 
 
 def serve(store: Path, port: int) -> int:
-    """Serve until Ctrl-C; the URL is printed once the server accepts connections."""
+    """Serve until Ctrl-C or SIGTERM (the server stopped within STOP_GRACE_S + 1 s either way);
+    the URL is printed once the server accepts connections."""
     if not store.is_file():
         print(
             f"ui: no MLflow store at {store} yet: run a job first (e.g. make run)", file=sys.stderr
         )
         return 2
     print(f"starting the MLflow UI over {store} ...", flush=True)
+    signal.signal(signal.SIGTERM, _interrupt)  # `make ui` forwards SIGTERM: stop the server too
     try:
         with mlflow_ui(store, port, store.parent / "mlflow-ui.log") as url:
             print(f"MLflow UI: {url}  (Ctrl-C stops it; log: {store.parent / 'mlflow-ui.log'})")
@@ -117,6 +120,10 @@ def serve(store: Path, port: int) -> int:
     except RuntimeError as err:
         print(f"ui: {err} (see {store.parent / 'mlflow-ui.log'})", file=sys.stderr)
         return 1
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def newest_experiment(store: Path) -> tuple[str, str]:
