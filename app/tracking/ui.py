@@ -138,14 +138,23 @@ def newest_experiment(store: Path) -> tuple[str, str]:
     runs = client.search_runs(ids, order_by=["attributes.start_time DESC"], max_results=1)
     if not runs:
         raise RuntimeError(f"no runs in {store}: run a job first")
-    return runs[0].info.experiment_id, runs[0].info.run_name
+    run = runs[0]
+    parent = run.data.tags.get("mlflow.parentRunId")
+    if parent:  # a sweep's job: the runs table lists its parent, the job collapsed under it
+        run = client.get_run(parent)
+    return run.info.experiment_id, run.info.run_name
 
 
-def browse(url: str, out: Path) -> str:
-    """Screenshot `url` into `out/experiment.png` with headless Chromium; return the DOM."""
+def chromium() -> str:
+    """The Chromium binary; RuntimeError (at once, before any server starts) if none."""
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
         raise RuntimeError("no chromium binary: apt-get install chromium (Debian) first")
+    return browser
+
+
+def browse(url: str, out: Path, browser: str) -> str:
+    """Screenshot `url` into `out/experiment.png` with headless Chromium; return the DOM."""
     common = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
     common += ["--window-size=1440,1000", "--virtual-time-budget=15000"]
     out.mkdir(parents=True, exist_ok=True)
@@ -163,10 +172,11 @@ def check(store: Path, out: Path) -> int:
     from app.tracking.summary import experiment_url
 
     try:
+        browser = chromium()
         exp_id, run_name = newest_experiment(store)
         with mlflow_ui(store, free_port(), out / "mlflow-ui.log") as url:
             page = experiment_url(exp_id, url)
-            dom = browse(page, out)
+            dom = browse(page, out, browser)
     except (RuntimeError, subprocess.SubprocessError) as err:
         print(f"ui-check: {err}", file=sys.stderr)
         return 1
