@@ -16,6 +16,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# torch first and pinned: the CPU build of 2.13.0 (a bare `torch` would pull CUDA).
 	$(BIN)/pip install -q torch==2.13.0
+	# compat mode's "will be removed" banner is setuptools' notice to us, not to the user.
+	PYTHONWARNINGS="ignore:Compat editable installs" \
 	$(BIN)/pip install -q -e '.[dev]' --config-settings editable_mode=compat
 	# Editable installs hide namespace packages from Hydra's plugin scan (hydra#2359):
 	# a plain path entry makes launchers/hydra_plugins visible as a regular directory.

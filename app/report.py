@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from app.tracking.summary import (
-    JOB_TIME_METRIC,
+    JOB_TIME_TAG,
     JobRow,
     best_line,
     format_table,
@@ -58,16 +58,16 @@ def find_store(path: Path | None) -> str:
 
 def row_of(run: Any, label: str | None = None) -> JobRow:
     """A table row from an MLflow run: its overrides tag, latest metrics, wall time (the sweep
-    launcher's `job_time_s` where it logged one, as its table showed), `error` tag."""
+    launcher's `job_time_s` tag where it set one, as its table showed), `error` tag."""
     info, data = run.info, run.data
-    metrics = dict(data.metrics)
     seconds = (info.end_time - info.start_time) / 1000 if info.end_time else None
-    seconds = metrics.pop(JOB_TIME_METRIC, seconds)
+    if JOB_TIME_TAG in data.tags:
+        seconds = float(data.tags[JOB_TIME_TAG])
     return JobRow(
         label=label or info.run_name,
         overrides=data.tags.get("overrides", "").split(),
         status=info.status,
-        metrics=metrics,
+        metrics=dict(data.metrics),
         time_s=seconds,
         job_dir=data.tags.get("job_dir", ""),
         run_id=info.run_id,

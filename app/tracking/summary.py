@@ -27,8 +27,9 @@ log = logging.getLogger("distgnn")
 
 RESULT_FILE = "result.json"
 UI_ADDRESS = "http://127.0.0.1:5000"
-# A sweep job's wall time (launcher's view), logged on its run so `report` shows the table's time.
-JOB_TIME_METRIC = "job_time_s"
+# A sweep job's wall time (launcher's view), a tag on its run so `report` shows the table's
+# time (a tag: as a one-value metric it would be a bar chart among the per-epoch curves).
+JOB_TIME_TAG = "job_time_s"
 CELL_CHARS = 100
 # Columns shown when present, in this order, after the monitored metric.
 METRIC_COLUMNS = (

@@ -5,10 +5,12 @@
 up, and a URL printed earlier leads to "connection refused").
 
 `python -m app.tracking.ui check [--store ...] [--out outputs/ui-check]` (`make ui-check`, opt-in:
-needs a `chromium` binary) serves the store on a free port, opens the newest experiment's page in
-headless Chromium (at `summary.experiment_url`: model-training mode, chart view) and saves
-`experiment.png` plus the rendered DOM (`experiment.html`). It fails (exit 1, one line) when the
-page shows MLflow's GenAI navigation, no "Model metrics" charts, or not the newest run.
+needs a `chromium` binary, looked for first) serves the store on a free port, opens the newest
+experiment's page in headless Chromium (at `summary.experiment_url`: model-training mode, chart
+view), closes the assistant panel, unfolds sweeps, waits for the charts to be drawn
+(`app.tracking.ui_browser`) and saves `experiment.png` plus the rendered DOM
+(`experiment.html`). It fails (exit 1, one line) when the page shows MLflow's GenAI
+navigation, no "Model metrics" charts, or not the newest run (a sweep's job: its sweep's run).
 """
 
 from __future__ import annotations
@@ -30,6 +32,17 @@ BROWSER_TIMEOUT_S = 120.0
 STOP_GRACE_S = 3.0  # a viewer holds nothing to flush: SIGKILL what SIGTERM has not ended by then
 GENAI_MARKER = ">Evaluation runs<"  # in the GenAI navigation only
 CHARTS_MARKER = "Model metrics"  # heading of the runs' metric charts
+SETTLE_S = 2.0
+# Page scripts of `browse`: the runs table has rows; close the assistant panel and expand the
+# sweeps' rows; at least a row of metric charts is drawn (plotly) and none is still loading.
+ROWS_SHOWN = "document.querySelectorAll('.ag-row').length > 0"
+TIDY_PAGE = """(() => {
+  document.querySelectorAll('button[aria-label="Close"]').forEach(b => b.click());
+  document.querySelectorAll('button[data-component-id*="runnamecellrenderer"]')
+    .forEach(b => b.click());
+  return true;
+})()"""
+CHARTS_DRAWN = "document.querySelectorAll('.js-plotly-plot').length >= 3"
 
 
 def wait_for_port(host: str, port: int, proc: subprocess.Popen, timeout: float) -> None:
@@ -154,15 +167,20 @@ def chromium() -> str:
 
 
 def browse(url: str, out: Path, browser: str) -> str:
-    """Screenshot `url` into `out/experiment.png` with headless Chromium; return the DOM."""
-    common = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
-    common += ["--window-size=1440,1000", "--virtual-time-budget=15000"]
+    """Screenshot `url` into `out/experiment.png` once its charts are drawn; return the DOM.
+
+    The runs table loads first; then the assistant side panel is closed and every sweep's row
+    expanded (its jobs' curves join the charts), and the picture waits for the plots."""
+    from app.tracking.ui_browser import Chromium
+
     out.mkdir(parents=True, exist_ok=True)
-    shot = [*common, f"--screenshot={out / 'experiment.png'}", url]
-    subprocess.run(shot, capture_output=True, timeout=BROWSER_TIMEOUT_S, check=True)
-    dom = subprocess.run(
-        [*common, "--dump-dom", url], capture_output=True, text=True, timeout=BROWSER_TIMEOUT_S
-    ).stdout
+    with Chromium(browser) as page:
+        page.open_when_ready(url, ROWS_SHOWN, BROWSER_TIMEOUT_S)
+        page.evaluate(TIDY_PAGE)
+        page.wait_until(CHARTS_DRAWN, BROWSER_TIMEOUT_S)
+        time.sleep(SETTLE_S)  # the last plots' transitions
+        page.screenshot(out / "experiment.png")
+        dom = page.dom()
     (out / "experiment.html").write_text(dom)
     return dom
 

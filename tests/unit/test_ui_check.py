@@ -21,3 +21,18 @@ def test_ui_check_without_chromium_fails_first_and_starts_no_server(tmp_path):
         "ui-check: no chromium binary: apt-get install chromium (Debian) first"
     )
     assert not out.exists()  # no server was started (its log would be there)
+
+
+def test_newest_run_of_a_sweep_is_named_by_its_parent(tmp_path):
+    """The runs table shows a sweep's parent with its jobs collapsed under it: ui-check looks
+    for the parent's name when the newest run is one of the jobs."""
+    from mlflow.tracking import MlflowClient
+
+    from app.tracking.ui import newest_experiment
+
+    db = tmp_path / "mlflow.db"
+    client = MlflowClient(f"sqlite:///{db}")
+    exp = client.create_experiment("sweeps")
+    parent = client.create_run(exp, run_name="sweep-smoke")
+    client.create_run(exp, run_name="smoke-job-1", tags={"mlflow.parentRunId": parent.info.run_id})
+    assert newest_experiment(db) == (exp, "sweep-smoke")

@@ -13,8 +13,8 @@ failed) or KILLED (Ctrl-C).
 
 Summary: after the last job the launcher prints one table row per job (the overrides that differ,
 final metrics, wall time; the best job by `train.monitor` marked `*`), writes it to
-`<sweep dir>/summary.md`, and logs it on the parent run (`sweep_summary.md`, `best_*` params and
-metrics), so the sweep's result is on the console, on disk and in the UI.
+`<sweep dir>/summary.md`, and logs it on the parent run (`sweep_summary.md`, `best_*` params),
+so the sweep's result is on the console, on disk and in the UI.
 """
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ def report_sweep(
                 if row.run_id and not row.metrics:
                     row.metrics = dict(client.get_run(row.run_id).data.metrics)
                 if row.run_id and row.time_s is not None:  # `report` shows the same time
-                    client.log_metric(row.run_id, summary.JOB_TIME_METRIC, row.time_s)
+                    client.set_tag(row.run_id, summary.JOB_TIME_TAG, str(row.time_s))
         first = next((r.cfg for r in runs if r.cfg is not None), None)
         monitor = summary.monitor_key(first if first is not None else cfg)
         table = summary.format_table(rows, monitor)
@@ -249,16 +249,14 @@ def _client(cfg):  # -> mlflow.tracking.MlflowClient
 
 
 def _log_to_parent(client, run_id: str, rows: list, monitor: str, text: str) -> None:
-    """The table as `sweep_summary.md`, the best job as `best_*` params and metrics."""
-    from mlflow.entities import Metric, Param
+    """The table as `sweep_summary.md`, the best job as `best_*` params. Params, not metrics:
+    the experiment's chart view would open on one-bar charts of the parent's `best_*` values,
+    above the jobs' per-epoch curves."""
+    from mlflow.entities import Param
 
     from app.tracking.summary import best_params_metrics
 
     params, metrics = best_params_metrics(rows, monitor)
-    now = int(time.time() * 1000)
-    client.log_batch(
-        run_id,
-        params=[Param(k, v[:6000]) for k, v in params.items()],
-        metrics=[Metric(k, v, now, 0) for k, v in metrics.items()],
-    )
+    params |= {k: f"{v:.6g}" for k, v in metrics.items()}
+    client.log_batch(run_id, params=[Param(k, v[:6000]) for k, v in params.items()])
     client.log_text(run_id, text, "sweep_summary.md")
