@@ -43,27 +43,34 @@ class BarLines:
 class BarView:
     """The launcher's side: where one child's bar states go (a terminal, a log, both).
 
-    `show(state, echo)` returns the lines to write to the log now (one every `every_s`, and the
-    last state when the bar ends); with `echo` it also redraws the bar on a terminal console, or
-    prints those same lines on a console that is not one. `line(text)` prints an ordinary line
-    over a drawn bar, then draws the bar again below it.
+    `show(state, echo)` returns the lines to write to the log now: a bar's state once it has
+    run `every_s`, then every `every_s`, and its last state when it ends, if it ran that long
+    (a bar over in a moment is summed up by the line the child logs after it). With `echo` it
+    also redraws the bar on a terminal console, or prints those same lines on a console that
+    is not one. `line(text)` prints an ordinary line over a drawn bar, then draws it again.
     """
 
-    def __init__(self, console: IO[str], tty: bool, every_s: float = LOG_EVERY_S) -> None:
-        self.console, self.tty, self.every_s = console, tty, every_s
+    def __init__(self, console: IO[str], tty: bool, every_s: float | None = None) -> None:
+        self.console, self.tty = console, tty
+        self.every_s = LOG_EVERY_S if every_s is None else every_s
         self.drawn = ""  # the bar state on the terminal's last line ("" when none)
         self.pending = ""  # the newest state not yet logged
-        self.logged_at = -float("inf")
+        self.active = False  # between a bar's first state and its end
+        self.started = self.logged_at = 0.0  # this bar's first state, its last logged one
         self.lock = threading.Lock()
 
     def show(self, state: str, echo: bool) -> list[str]:
         """Take one bar state ("" ends the bar); return the lines to write to the log."""
         with self.lock:
+            now = time.monotonic()
+            if state and not self.active:
+                self.active, self.started, self.logged_at = True, now, now
             if not state:
-                out, self.pending, self.logged_at = [self.pending], "", -float("inf")
-                out = [s for s in out if s]
-            elif time.monotonic() - self.logged_at >= self.every_s:
-                out, self.pending, self.logged_at = [state], "", time.monotonic()
+                ran = self.active and now - self.started >= self.every_s
+                out = [self.pending] if self.pending and ran else []
+                self.pending, self.active = "", False
+            elif now - self.logged_at >= self.every_s:
+                out, self.pending, self.logged_at = [state], "", now
             else:
                 out, self.pending = [], state
             if echo and self.tty:
