@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 EXP     ?= products_homo
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-fast test-gpu lint format bench bench-products bench-gpu ui ui-check clean chaos compat-pyg
+.PHONY: help install run test test-fast test-gpu lint format bench bench-products bench-gpu ui ui-check clean clean-data chaos compat-pyg
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -16,6 +16,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# torch first and pinned: the CPU build of 2.13.0 (a bare `torch` would pull CUDA).
 	$(BIN)/pip install -q torch==2.13.0
+	# compat mode's "will be removed" banner is setuptools' notice to us, not to the user.
+	PYTHONWARNINGS="ignore:Compat editable installs" \
 	$(BIN)/pip install -q -e '.[dev]' --config-settings editable_mode=compat
 	# Editable installs hide namespace packages from Hydra's plugin scan (hydra#2359):
 	# a plain path entry makes launchers/hydra_plugins visible as a regular directory.
@@ -81,5 +83,10 @@ ui: install  ## MLflow UI over the default store; prints http://127.0.0.1:5000 o
 ui-check: install  ## opt-in: headless Chromium screenshot of the newest experiment (outputs/ui-check/)
 	$(BIN)/python -m app.tracking.ui check --store $(CURDIR)/outputs/mlflow.db --out $(CURDIR)/outputs/ui-check
 
-clean:  ## remove outputs (runs, partitions, benches, MLflow store)
+clean:  ## remove outputs (runs, partitions, benches, MLflow store); keeps data/ and .venv
 	rm -rf outputs/* && touch outputs/.gitkeep
+	@if [ -d data ]; then echo "kept data/ ($$(du -sh data | cut -f1) of datasets: make clean-data removes them) and .venv"; \
+	else echo "kept .venv (no data/ to keep)"; fi
+
+clean-data:  ## remove downloaded and generated datasets (data/)
+	rm -rf data

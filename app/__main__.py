@@ -57,12 +57,35 @@ def _in_sweep() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
-def _fail(kind: str, err: BaseException, code: int) -> None:
-    """One line and exit; in a `-m` sweep the job fails alone (the sweep goes on)."""
+def _fail(kind: str, err: BaseException, code: int, *, refused: bool = False) -> None:
+    """One line and exit; in a `-m` sweep the job fails alone (the sweep goes on).
+
+    `refused`: the job was turned away before it started, so its run dir holds nothing but
+    Hydra's own files and is removed (`app.rundir.remove_unused_run_dir`).
+    """
     if _in_sweep() and not isinstance(err, ConfigError):
         raise err
+    if refused:
+        from app.rundir import remove_unused_run_dir
+        from app.tasks import job_dir
+
+        remove_unused_run_dir(job_dir())
     print(f"{kind}: {err}", file=sys.stderr, flush=True)
     sys.exit(code)
+
+
+def _fail_unexpected(err: Exception) -> None:
+    """Any other error: one line (its type and message, where the traceback went), the
+    traceback in `<job dir>/traceback.log`; in a sweep the job fails alone."""
+    from app.rundir import write_traceback
+    from app.tasks import job_dir
+
+    path = write_traceback(job_dir(), err)
+    if _in_sweep():
+        raise err
+    first = (str(err).strip().splitlines() or [""])[0]
+    print(f"error: {type(err).__name__}: {first} (traceback: {path})", file=sys.stderr, flush=True)
+    sys.exit(1)
 
 
 # An absolute config dir: found the same way from `python -m app` and the `distgnn` script.
@@ -71,7 +94,7 @@ def main(node: DictConfig) -> float | None:
     try:
         cfg = to_config(node)
     except ConfigError as err:
-        _fail("config error", err, EXIT_CONFIG)
+        _fail("config error", err, EXIT_CONFIG, refused=True)
     # Imported only now: a config error above never pays for importing torch.
     from app.launch import JobFailed, partition_lock, partitions_dir
     from app.limits import check_memory
@@ -84,9 +107,12 @@ def main(node: DictConfig) -> float | None:
         try:
             precheck(cfg.dataset)
         except OgbDataMissingError as err:
-            _fail("data error", err, EXIT_CONFIG)
+            _fail("data error", err, EXIT_CONFIG, refused=True)
     try:
         check_memory(cfg)
+    except ConfigError as err:
+        _fail("config error", err, EXIT_CONFIG, refused=True)
+    try:
         if cfg.task != "partition":
             return run_task(cfg)
         from app.launch.precheck import check_partition_root, disk_full_as_one_line
@@ -99,12 +125,14 @@ def main(node: DictConfig) -> float | None:
         _fail("config error", err, EXIT_CONFIG)
     except PartitionError as err:
         _fail("partition error", err, 1)
-    except JobFailed as err:  # the child's name, exit and last lines: no launcher traceback
+    except JobFailed as err:  # the culprit's error line and log: no launcher traceback
         _fail("job failed", err, 1)
     except OSError as err:
         if err.errno != errno.ENOSPC:
-            raise
+            _fail_unexpected(err)
         _fail("error", err.strerror or err, 1)
+    except Exception as err:
+        _fail_unexpected(err)
     return None
 
 
@@ -156,6 +184,11 @@ def cli() -> None:
     """`python -m app ...` and the `distgnn` console script."""
     if signal.getsignal(signal.SIGTERM) is not _on_sigterm:  # the console script starts here
         signal.signal(signal.SIGTERM, _on_sigterm)
+    if sys.argv[1:2] in (["--help"], ["-h"]):
+        from app.cli_help import help_text
+
+        print(help_text(CONF_DIR), end="")
+        sys.exit(0)
     if sys.argv[1:2] == ["report"]:  # reads the MLflow store: not a Hydra run
         from app.report import main as report
 

@@ -16,7 +16,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from app.tracking.summary import JobRow, best_line, format_table, monitor_for, read_run_id
+from app.tracking.summary import (
+    JOB_TIME_TAG,
+    JobRow,
+    best_line,
+    format_table,
+    monitor_for,
+    read_run_id,
+)
 
 SWEEP_TAG = "sweep_dir"  # set on a sweep's parent run by the launcher plugin
 
@@ -50,9 +57,12 @@ def find_store(path: Path | None) -> str:
 
 
 def row_of(run: Any, label: str | None = None) -> JobRow:
-    """A table row from an MLflow run: its overrides tag, latest metrics, wall time."""
+    """A table row from an MLflow run: its overrides tag, latest metrics, wall time (the sweep
+    launcher's `job_time_s` tag where it set one, as its table showed), `error` tag."""
     info, data = run.info, run.data
     seconds = (info.end_time - info.start_time) / 1000 if info.end_time else None
+    if JOB_TIME_TAG in data.tags:
+        seconds = float(data.tags[JOB_TIME_TAG])
     return JobRow(
         label=label or info.run_name,
         overrides=data.tags.get("overrides", "").split(),
@@ -61,6 +71,7 @@ def row_of(run: Any, label: str | None = None) -> JobRow:
         time_s=seconds,
         job_dir=data.tags.get("job_dir", ""),
         run_id=info.run_id,
+        error=data.tags.get("error", ""),
     )
 
 

@@ -109,8 +109,8 @@ _MMAP_MAX = 32 << 20  # glibc's ceiling for M_MMAP_THRESHOLD on 64-bit
 def tune_process(role: str) -> dict[str, int]:
     """Thread counts and allocator settings for a `role` process; returns what was set.
 
-    A node runs T trainers and T*W sampler processes; the launcher splits its cores between
-    them (OMP_NUM_THREADS / MKL_NUM_THREADS per child). A trainer computes with torch, so its
+    A node runs T trainers and T*W sampler processes; the launcher splits the cores available
+    to the job between them (`app.threads`; OMP_NUM_THREADS / MKL_NUM_THREADS per child). A trainer computes with torch, so its
     intra-op pool takes that share (`OMP_NUM_THREADS`, default 1). A sampler's work is the numba
     kernels (single-threaded, they release the GIL), numpy gathers and RPC handler threads: one
     torch thread and one numba thread, so W samplers never oversubscribe the cores the trainer
@@ -121,18 +121,10 @@ def tune_process(role: str) -> dict[str, int]:
     a dozen or more) share two malloc arenas: with one arena per thread, as glibc gives by
     default, each kept its own high-water mark (products: 150 MB more per sampler).
     """
-    import torch
+    from app.threads import set_threads
 
     threads = 1 if role == "sampler" else max(1, int(os.environ.get("OMP_NUM_THREADS", "1")))
-    torch.set_num_threads(threads)
-    out = {"torch_threads": threads}
-    try:
-        import numba
-
-        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-        out["numba_threads"] = numba.get_num_threads()
-    except (ImportError, ValueError):  # numba absent, or its pool already fixed smaller
-        pass
+    out = set_threads(threads)
     out["malloc_tuned"] = int(_keep_heap())
     return out
 

@@ -37,8 +37,10 @@ def run_task(cfg: Config) -> float | None:
         partition_task(cfg, parent)
         return None
     if is_single_process(cfg):
+        from app.threads import budget_this_process
         from app.train.single import train_single
 
+        budget_this_process()
         result = train_single(cfg, job_dir=job_dir(), parent_run_id=parent)
     else:
         from app.launch import run_job

@@ -12,7 +12,7 @@ something), then evaluated on val + test:
   process each over real RPC + gloo on 127.0.0.1:
   `partition_view` + `evaluate_layerwise` vs `DistNeighborLoader` (sampling in the trainer).
 
-Every measurement runs in fresh processes, so each peak RSS (`ru_maxrss`, the largest process
+Every measurement runs in fresh processes, so each peak RSS (VmHWM, the largest process
 of the run) belongs to that evaluation mode alone (it includes loading the data / partition).
 Each process evaluates twice, as a training job does once per epoch: `first` includes one-time
 costs (numba kernels loaded, the view and its read plan built, its buffers faulted in), the
@@ -23,7 +23,6 @@ shared machine wall times swing with the other users' load, CPU time far less.
 
 from __future__ import annotations
 
-import resource
 import socket
 import sys
 import tempfile
@@ -90,7 +89,11 @@ def _train(cfg, steps: int, out: Path) -> Path:
 
 
 def _peak_gb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    """This process image's own peak (VmHWM): `ru_maxrss` survives exec, so every child of a
+    2.4 GiB bench parent reported the parent's 2.389 GiB."""
+    from app.partition.stream import own_peak_rss_gb
+
+    return own_peak_rss_gb()
 
 
 @torch.no_grad()

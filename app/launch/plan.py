@@ -35,6 +35,7 @@ from app.config import Config, ConfigError, check_remote, heartbeat_timeout_s
 from app.launch.heartbeat import heartbeat_env
 from app.netutil import loopback_ifname_env
 from app.runtime import Runtime
+from app.threads import available_cores
 
 WORKER_MODULE = "app.launch.worker"
 LOCALHOST = "127.0.0.1"
@@ -378,13 +379,14 @@ def plan_job(
         partition_root: the partition folder every process loads its part from.
         ports: decided ports; None decides them now (`plan_ports`).
         environ: where env mode reads torchrun/SLURM variables (default: os.environ).
-        cores: CPU cores per machine, shared by the processes on it for OMP/MKL threads.
+        cores: CPU cores per machine, shared by the processes on it for OMP/MKL threads
+            (default: `app.threads.available_cores`, this machine's less its load).
         python: interpreter of local children (ssh children use cluster.python).
         extra_env: more variables for every child (e.g. the MLflow parent run id).
     """
     env = os.environ if environ is None else environ
     ports = ports or plan_ports(cfg, env)
-    cores = cores or len(os.sched_getaffinity(0))
+    cores = cores or available_cores()
     job_dir = Path(job_dir).resolve()
     paths = {
         "job_dir": str(job_dir),

@@ -2,15 +2,16 @@
 
 Every child runs in its own process group (so a signal reaches its helpers too) with its
 stdout+stderr piped through a reader thread into `<log_dir>/<name>.log`, each line prefixed by
-`[name]`; the chosen children (rank-0 trainer) are also echoed to the console, carriage returns
-kept so progress bars redraw in place. Linux children also get PDEATHSIG=SIGTERM, so even a
+`[name]`; the chosen children (rank-0 trainer) are also echoed to the console, their progress
+bars redrawn in place on a terminal (`app.tracking.progress_lines`). Linux children also get PDEATHSIG=SIGTERM, so even a
 SIGKILLed launcher leaves no orphans.
 
 Failure handling: the first child to exit non-zero stops the job; every other child gets SIGTERM,
-then SIGKILL after `shutdown_timeout_s`, and `JobFailed` names the child, its exit code and its
-last log lines. A child silent longer than its heartbeat timeout (stopped, frozen, cut off;
-`app.launch.heartbeat`) fails the job the same way, named. SIGINT/SIGTERM on the launcher stop
-every child the same way and re-raise `KeyboardInterrupt`. Cleanup runs in `finally`, on every path.
+then SIGKILL after `shutdown_timeout_s`, and `JobFailed` names the child, its exit code, its
+error line and its log in one line. A child silent longer than its heartbeat timeout (stopped,
+frozen, cut off; `app.launch.heartbeat`) fails the job the same way, named. SIGINT/SIGTERM on
+the launcher stop every child the same way and re-raise `KeyboardInterrupt`. Cleanup runs in
+`finally`, on every path.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from app.launch import heartbeat
 from app.launch.heartbeat import HeartbeatWatch
 from app.launch.peers import PeerWatch
 from app.launch.plan import ProcSpec
+from app.launch.worker import ERROR_MARK
+from app.tracking.progress_lines import PROGRESS_ENV, PROGRESS_MARK, BarView
 from app.tracking.redact import redact_text
 
 TAIL_LINES = 20
@@ -58,7 +61,11 @@ LAUNCHER_VARS = (
 
 
 class JobFailed(RuntimeError):
-    """A child of the job exited non-zero; carries its name, exit code and last log lines."""
+    """A child of the job exited non-zero; carries its name, exit code and last log lines.
+
+    Its message is one line: the culprit (`trainer0-0 failed (exit code 1): ValueError: bad`)
+    and the child's log; the traceback stays in that log.
+    """
 
     def __init__(
         self, name: str, returncode: int, tail: list[str], log_path: Path, reason: str = ""
@@ -67,9 +74,8 @@ class JobFailed(RuntimeError):
         how = reason or (
             f"killed by signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
         )
-        lines = "\n".join(f"  {line}" for line in tail) or "  (no output)"
-        super().__init__(f"{name} failed ({how}); log {log_path}, last lines:\n{lines}")
         self.culprit = f"{name} failed ({how})" + (f": {_culprit_line(tail)}" if tail else "")
+        super().__init__(f"{self.culprit}; log {log_path}")
 
 
 class PeerLost(JobFailed):
@@ -82,13 +88,22 @@ class PeerLost(JobFailed):
 
 
 def _culprit_line(tail: list[str]) -> str:
-    """The line of a child's last output that says why: its last error line, else its last."""
+    """The line of a child's last output that says why: the worker's own error line (after its
+    `ERROR_MARK`), else its exception line (`ValueError: bad`), else its last error line, else
+    its last line."""
     for line in reversed(tail):
-        if _ERROR_LINE.search(line):
-            return line.strip()
+        if ERROR_MARK in line:
+            return line.split(ERROR_MARK, 1)[1].strip()
+    for pattern in (_EXCEPTION_LINE, _ERROR_LINE):
+        for line in reversed(tail):
+            if pattern.search(line):
+                return line.strip()
     return tail[-1].strip()
 
 
+_TRACEBACK = "Traceback (most recent call last):"
+_LOG_RECORD = re.compile(r"^\[[\w.-]+\] \d\d:\d\d:\d\d ")  # app.tracking.logging.FORMAT
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b(: |$)")
 _ERROR_LINE = re.compile(r"(Error|Exception|error:|failed|Killed|Terminated)\b")
 
 
@@ -170,31 +185,47 @@ class _LogFile:
 def _pump(
     name: str, pipe: IO[bytes], log_path: Path, tail: deque[str], echo: threading.Event
 ) -> None:
-    """Copy `pipe` to the log file line by line (`\\r` ends a line too), prefixed by the name.
+    """Copy `pipe` to the log file line by line, prefixed by the name.
 
-    Reads until the child closes its end, whatever happens to the log file or the console.
+    Progress bar states (`app.tracking.progress_lines`: marked lines, or segments ended by a
+    bare `\r`) go through a `BarView`: redrawn in place on a terminal console, whole lines
+    every few seconds in the log. Reads until the child closes its end, whatever happens to
+    the log file or the console.
     """
     prefix = f"[{name}] "
     text = io.TextIOWrapper(pipe, encoding="utf-8", errors="replace", newline="")
     log = _LogFile(log_path)
+    bars = BarView(sys.stdout, _console_is_tty())
+    traceback = False  # inside a traceback: logged, not echoed (the launcher says why in a line)
     try:
         for segment in text:
             raw = segment.rstrip("\r\n").removeprefix(prefix)  # log records carry it already
             raw = redact_text(raw)  # the log file is uploaded, the console may be shared
+            bar = raw.startswith(PROGRESS_MARK) or (segment.endswith("\r") and bool(raw))
+            if bar:
+                state = raw.removeprefix(PROGRESS_MARK).strip()
+                for line in bars.show(prefix + state if state else "", echo.is_set()):
+                    log.write(line)
+                continue
             if not raw:  # progress bars start with a bare "\r": no empty prefixed lines
                 continue
             line = prefix + raw
             log.write(line)
             tail.append(raw)
-            if echo.is_set():
-                end = "\r" if segment.endswith("\r") and not segment.endswith("\r\n") else "\n"
-                try:
-                    sys.stdout.write(line + end)
-                    sys.stdout.flush()
-                except OSError:
-                    pass  # a closed or full console must not stop the draining either
+            traceback = raw.startswith(_TRACEBACK) or (traceback and not _LOG_RECORD.match(raw))
+            if echo.is_set() and not traceback:
+                bars.line(line)
     finally:
+        for line in bars.show("", echo.is_set()):  # a bar cut off by the child's exit
+            log.write(line)
         log.close()
+
+
+def _console_is_tty() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):  # replaced or closed
+        return False
 
 
 def base_env() -> dict[str, str]:
@@ -211,7 +242,7 @@ def start_child(spec: ProcSpec, log_dir: Path, echo: bool = False) -> Child:
     log_path = log_dir / f"{spec.name}.log"
     proc = subprocess.Popen(
         spec.cmd,
-        env={**base_env(), **spec.env},
+        env={**base_env(), **spec.env, PROGRESS_ENV: "1"},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

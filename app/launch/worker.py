@@ -28,6 +28,7 @@ from app.runtime import Runtime
 log = logging.getLogger("distgnn")
 
 EXIT_ERROR = 1
+ERROR_MARK = ": error: "  # `trainer0-0: error: ValueError: bad`: the launcher's culprit line
 EXIT_TERMINATED = 128 + signal.SIGTERM
 
 
@@ -93,7 +94,12 @@ def main() -> int:
         return EXIT_TERMINATED
     except Exception as err:
         traceback.print_exc(file=sys.stderr)
-        print(f"{runtime.name}: error: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+        first = (str(err).strip().splitlines() or [""])[0]  # the launcher's one-line culprit
+        print(
+            f"{runtime.name}{ERROR_MARK}{type(err).__name__}: {first}",
+            file=sys.stderr,
+            flush=True,
+        )
         return EXIT_ERROR
 
 

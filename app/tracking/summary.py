@@ -27,6 +27,10 @@ log = logging.getLogger("distgnn")
 
 RESULT_FILE = "result.json"
 UI_ADDRESS = "http://127.0.0.1:5000"
+# A sweep job's wall time (launcher's view), a tag on its run so `report` shows the table's
+# time (a tag: as a one-value metric it would be a bar chart among the per-epoch curves).
+JOB_TIME_TAG = "job_time_s"
+CELL_CHARS = 100
 # Columns shown when present, in this order, after the monitored metric.
 METRIC_COLUMNS = (
     "val_acc",
@@ -70,6 +74,7 @@ class JobRow:
     time_s: float | None = None
     job_dir: str = ""
     run_id: str | None = None
+    error: str = ""  # why a failed job failed (its run's `error` tag)
 
 
 def read_result(job_dir: str | Path) -> dict[str, float]:
@@ -138,7 +143,10 @@ def run_summary(cfg: Any, job_dir: str | Path, result: dict[str, float]) -> str:
     monitor = monitor_key(cfg)
     shown = [m for m in dict.fromkeys((monitor, *METRIC_COLUMNS[:8])) if m in metrics]
     lines = ["", "=" * 72, f"distgnn: {cfg.experiment or cfg.dataset.name} finished"]
-    lines.append("  final:     " + "  ".join(f"{m}={_fmt(m, metrics[m])}" for m in shown))
+    if shown:
+        lines.append("  final:     " + "  ".join(f"{m}={_fmt(m, metrics[m])}" for m in shown))
+    else:  # a node other than node 0 of an env/torchrun job: the metrics are written there
+        lines.append("  final:     on node 0 (this machine ran its share of the job)")
     if "epoch_time_s" in metrics:
         lines.append(
             f"  last epoch {_fmt('epoch_time_s', metrics['epoch_time_s'])} s, "
@@ -215,7 +223,8 @@ def table_records(rows: list[JobRow], monitor: str) -> tuple[list[str], list[lis
     """Header and raw cells (numbers unformatted) of the table."""
     keys, metrics = table_columns(rows, monitor)
     best = best_index(rows, monitor)
-    header = ["job", *keys, "status", *metrics, "time_s", "best"]
+    errors = any(r.error for r in rows)
+    header = ["job", *keys, "status", *metrics, "time_s", "best", *(["error"] if errors else [])]
     records = []
     for i, r in enumerate(rows):
         values = _override_dict(r.overrides)
@@ -227,6 +236,7 @@ def table_records(rows: list[JobRow], monitor: str) -> tuple[list[str], list[lis
                 *(r.metrics.get(m) for m in metrics),
                 r.time_s,
                 "*" if i == best else "",
+                *([r.error] if errors else []),
             ]
         )
     return header, records
@@ -245,7 +255,7 @@ def format_table(rows: list[JobRow], monitor: str, fmt: str = "md") -> str:
         raise ValueError(f"format {fmt!r}: expected md or csv")
     cells = [
         [
-            _fmt(h, c) if isinstance(c, int | float) or c is None else str(c)
+            _fmt(h, c) if isinstance(c, int | float) or c is None else _clip(str(c))
             for h, c in zip(header, rec, strict=True)
         ]
         for rec in records
@@ -256,6 +266,11 @@ def format_table(rows: list[JobRow], monitor: str, fmt: str = "md") -> str:
     for row in cells:
         lines.append("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _clip(text: str) -> str:
+    """A Markdown cell of at most CELL_CHARS (an error's whole line is in the CSV and MLflow)."""
+    return text if len(text) <= CELL_CHARS else text[: CELL_CHARS - 1] + "…"
 
 
 def best_line(rows: list[JobRow], monitor: str) -> str:

@@ -5,10 +5,12 @@
 up, and a URL printed earlier leads to "connection refused").
 
 `python -m app.tracking.ui check [--store ...] [--out outputs/ui-check]` (`make ui-check`, opt-in:
-needs a `chromium` binary) serves the store on a free port, opens the newest experiment's page in
-headless Chromium (at `summary.experiment_url`: model-training mode, chart view) and saves
-`experiment.png` plus the rendered DOM (`experiment.html`). It fails (exit 1, one line) when the
-page shows MLflow's GenAI navigation, no "Model metrics" charts, or not the newest run.
+needs a `chromium` binary, looked for first) serves the store on a free port, opens the newest
+experiment's page in headless Chromium (at `summary.experiment_url`: model-training mode, chart
+view), closes the assistant panel, unfolds sweeps, waits for the charts to be drawn
+(`app.tracking.ui_browser`) and saves `experiment.png` plus the rendered DOM
+(`experiment.html`). It fails (exit 1, one line) when the page shows MLflow's GenAI
+navigation, no "Model metrics" charts, or not the newest run (a sweep's job: its sweep's run).
 """
 
 from __future__ import annotations
@@ -27,8 +29,20 @@ from pathlib import Path
 
 START_TIMEOUT_S = 300.0  # ~20 s on an idle machine, minutes on a loaded one
 BROWSER_TIMEOUT_S = 120.0
+STOP_GRACE_S = 3.0  # a viewer holds nothing to flush: SIGKILL what SIGTERM has not ended by then
 GENAI_MARKER = ">Evaluation runs<"  # in the GenAI navigation only
 CHARTS_MARKER = "Model metrics"  # heading of the runs' metric charts
+SETTLE_S = 2.0
+# Page scripts of `browse`: the runs table has rows; close the assistant panel and expand the
+# sweeps' rows; at least a row of metric charts is drawn (plotly) and none is still loading.
+ROWS_SHOWN = "document.querySelectorAll('.ag-row').length > 0"
+TIDY_PAGE = """(() => {
+  document.querySelectorAll('button[aria-label="Close"]').forEach(b => b.click());
+  document.querySelectorAll('button[data-component-id*="runnamecellrenderer"]')
+    .forEach(b => b.click());
+  return true;
+})()"""
+CHARTS_DRAWN = "document.querySelectorAll('.js-plotly-plot').length >= 3"
 
 
 def wait_for_port(host: str, port: int, proc: subprocess.Popen, timeout: float) -> None:
@@ -53,7 +67,7 @@ def free_port() -> int:
 
 def _stop(proc: subprocess.Popen) -> None:
     """SIGTERM the server's whole process group (uvicorn workers outlive `mlflow ui`), then KILL."""
-    for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+    for sig, wait_s in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 1.0)):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
@@ -100,13 +114,15 @@ def mlflow_ui(store: Path, port: int, log_file: Path | None = None) -> Iterator[
 
 
 def serve(store: Path, port: int) -> int:
-    """Serve until Ctrl-C; the URL is printed once the server accepts connections."""
+    """Serve until Ctrl-C or SIGTERM (the server stopped within STOP_GRACE_S + 1 s either way);
+    the URL is printed once the server accepts connections."""
     if not store.is_file():
         print(
             f"ui: no MLflow store at {store} yet: run a job first (e.g. make run)", file=sys.stderr
         )
         return 2
     print(f"starting the MLflow UI over {store} ...", flush=True)
+    signal.signal(signal.SIGTERM, _interrupt)  # `make ui` forwards SIGTERM: stop the server too
     try:
         with mlflow_ui(store, port, store.parent / "mlflow-ui.log") as url:
             print(f"MLflow UI: {url}  (Ctrl-C stops it; log: {store.parent / 'mlflow-ui.log'})")
@@ -117,6 +133,10 @@ def serve(store: Path, port: int) -> int:
     except RuntimeError as err:
         print(f"ui: {err} (see {store.parent / 'mlflow-ui.log'})", file=sys.stderr)
         return 1
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def newest_experiment(store: Path) -> tuple[str, str]:
@@ -131,22 +151,36 @@ def newest_experiment(store: Path) -> tuple[str, str]:
     runs = client.search_runs(ids, order_by=["attributes.start_time DESC"], max_results=1)
     if not runs:
         raise RuntimeError(f"no runs in {store}: run a job first")
-    return runs[0].info.experiment_id, runs[0].info.run_name
+    run = runs[0]
+    parent = run.data.tags.get("mlflow.parentRunId")
+    if parent:  # a sweep's job: the runs table lists its parent, the job collapsed under it
+        run = client.get_run(parent)
+    return run.info.experiment_id, run.info.run_name
 
 
-def browse(url: str, out: Path) -> str:
-    """Screenshot `url` into `out/experiment.png` with headless Chromium; return the DOM."""
+def chromium() -> str:
+    """The Chromium binary; RuntimeError (at once, before any server starts) if none."""
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
         raise RuntimeError("no chromium binary: apt-get install chromium (Debian) first")
-    common = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
-    common += ["--window-size=1440,1000", "--virtual-time-budget=15000"]
+    return browser
+
+
+def browse(url: str, out: Path, browser: str) -> str:
+    """Screenshot `url` into `out/experiment.png` once its charts are drawn; return the DOM.
+
+    The runs table loads first; then the assistant side panel is closed and every sweep's row
+    expanded (its jobs' curves join the charts), and the picture waits for the plots."""
+    from app.tracking.ui_browser import Chromium
+
     out.mkdir(parents=True, exist_ok=True)
-    shot = [*common, f"--screenshot={out / 'experiment.png'}", url]
-    subprocess.run(shot, capture_output=True, timeout=BROWSER_TIMEOUT_S, check=True)
-    dom = subprocess.run(
-        [*common, "--dump-dom", url], capture_output=True, text=True, timeout=BROWSER_TIMEOUT_S
-    ).stdout
+    with Chromium(browser) as page:
+        page.open_when_ready(url, ROWS_SHOWN, BROWSER_TIMEOUT_S)
+        page.evaluate(TIDY_PAGE)
+        page.wait_until(CHARTS_DRAWN, BROWSER_TIMEOUT_S)
+        time.sleep(SETTLE_S)  # the last plots' transitions
+        page.screenshot(out / "experiment.png")
+        dom = page.dom()
     (out / "experiment.html").write_text(dom)
     return dom
 
@@ -156,10 +190,11 @@ def check(store: Path, out: Path) -> int:
     from app.tracking.summary import experiment_url
 
     try:
+        browser = chromium()
         exp_id, run_name = newest_experiment(store)
         with mlflow_ui(store, free_port(), out / "mlflow-ui.log") as url:
             page = experiment_url(exp_id, url)
-            dom = browse(page, out)
+            dom = browse(page, out, browser)
     except (RuntimeError, subprocess.SubprocessError) as err:
         print(f"ui-check: {err}", file=sys.stderr)
         return 1

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -51,20 +52,28 @@ def _rank() -> int:
     return torch.distributed.get_rank() if dist_ready() else 0
 
 
-def _progress(loader: Iterable, desc: str, total: int | None) -> Iterable:
+def _progress(
+    loader: Iterable, desc: str, total: int | None
+) -> tuple[Iterable, Callable[[EpochStats, float], None]]:
+    """Rank 0's epoch bar over `loader` (steps, ETA, seeds/s, data wait) and the function that
+    updates its rates after a step; other ranks get the loader itself and a no-op."""
     if _rank() != 0:
-        return loader
+        return loader, lambda stats, start: None
     from tqdm import tqdm
 
-    tty = sys.stderr.isatty()  # in log files, one line every 30 s instead of every batch
-    return tqdm(
-        loader,
-        desc=desc,
-        total=total,
-        leave=False,
-        dynamic_ncols=True,
-        mininterval=0.1 if tty else 30,
-    )
+    from app.tracking.progress_lines import PROGRESS_ENV, bar_options
+
+    pumped = os.environ.get(PROGRESS_ENV) == "1"  # a job's child: the launcher draws the bar
+    bar = tqdm(loader, desc=desc, total=total, leave=False, **bar_options(sys.stderr, pumped))
+
+    def rates(stats: EpochStats, start: float) -> None:
+        wall = max(time.perf_counter() - start, 1e-9)
+        bar.set_postfix_str(
+            f"{stats.seeds / wall:,.0f} seeds/s, data wait {100 * stats.data_wait_s / wall:.0f}%",
+            refresh=False,
+        )
+
+    return bar, rates
 
 
 def _length(loader: Iterable, max_steps: int) -> int | None:
@@ -107,7 +116,8 @@ def train_epoch(
     stats = EpochStats(**done.to_dict()) if done is not None else EpochStats()
     start = time.perf_counter()
     with _join_context(model):
-        batches = iter(_progress(loader, desc, _length(loader, max_steps)))
+        bar, rates = _progress(loader, desc, _length(loader, max_steps))
+        batches = iter(bar)
         for _ in range(int(stats.steps)):
             next(batches, None)
         while not max_steps or stats.steps < max_steps:
@@ -123,6 +133,7 @@ def train_epoch(
             stats.add(float(res.loss.detach()), res.correct, res.count, res.edges)
             stats.data_wait_s += t1 - t0
             stats.compute_s += time.perf_counter() - t1
+            rates(stats, start)
             if on_step is not None:
                 on_step(stats)
         if hasattr(batches, "close"):  # stopped at max_steps: end the progress bar / generator

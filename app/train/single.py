@@ -6,6 +6,7 @@ source → task → fit: the dataset in memory (`LocalSource`), the configured o
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 from pathlib import Path
@@ -14,8 +15,10 @@ import numpy as np
 import torch
 
 from app.config import Config
+from app.fsutil import write_text_atomic
 from app.tracking.mlflow import Tracker, make_tracker
 from app.tracking.progress import phase
+from app.tracking.summary import RESULT_FILE
 from app.train.loop import FitOptions, fit
 
 log = logging.getLogger("distgnn.train")
@@ -66,4 +69,7 @@ def train_single(
         raise
     if own:
         tracker.end()
+    if job_dir is not None:  # the same file a distributed job's rank 0 writes
+        result = {**metrics, "epochs_done": cfg.train.epochs, "world_size": 1}
+        write_text_atomic(Path(job_dir) / RESULT_FILE, json.dumps(result, indent=1))
     return metrics

@@ -100,8 +100,10 @@ def test_cli_typo_fails_fast_naming_the_key():
     assert time.monotonic() - start < 10
 
 
-def test_cli_cross_field_error_is_one_line():
-    proc = run_app("+experiment=products_homo", "loader.batch_size=-4", timeout=30)
+def test_cli_cross_field_error_is_one_line(tmp_path):
+    proc = run_app(
+        "+experiment=products_homo", "loader.batch_size=-4", f"output_dir={tmp_path}", timeout=30
+    )
     assert proc.returncode == 2
     lines = [ln for ln in proc.stderr.strip().splitlines() if ln]
     assert lines == ["config error: loader.batch_size=-4: must be > 0"]

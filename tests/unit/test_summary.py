@@ -113,3 +113,32 @@ def test_startup_phases_logged_on_the_run(uri):
     assert run.data.metrics["startup_s"] >= 0
     want = {"startup.dataset_s", "startup.mlflow_store_s", "startup.build_task_RPC_join_s"}
     assert want <= set(run.data.params)
+
+
+def test_failed_rows_carry_their_reason_clipped_in_markdown_whole_in_csv():
+    rows = _rows()
+    reason = "trainer0-0 failed (exit code 1): ValueError: " + "x" * 200
+    rows[2].error = reason
+    md = format_table(rows, "val_acc").splitlines()
+    assert md[0].split("|")[-2].strip() == "error" and len(md[4].split("|")[-2]) == 102
+    assert "ValueError: xxx" in md[4] and md[4].rstrip().endswith("… |")
+    csv = format_table(rows, "val_acc", "csv").splitlines()
+    assert csv[0].endswith(",best,error") and csv[3].endswith(reason)
+    assert csv[1].endswith(",")  # finished jobs: an empty error cell
+
+
+def test_a_node_without_metrics_says_where_they_are(tmp_path):
+    text = run_summary(Config(experiment="smoke"), tmp_path, {})
+    final = next(line for line in text.splitlines() if "final:" in line)
+    assert final.split("final:")[1].strip() == "on node 0 (this machine ran its share of the job)"
+
+
+def test_help_lists_commands_experiments_and_groups_without_schema():
+    from tests.conftest import run_app
+
+    proc = run_app("--help", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    assert text.startswith("distgnn: ") and "__main__" not in text and "schema" not in text
+    assert "distgnn report " in text and "+experiment=NAME" in text and "smoke" in text
+    assert "  model: gat, gcn, mlp, sage" in text

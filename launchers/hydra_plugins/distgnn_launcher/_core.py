@@ -13,8 +13,8 @@ failed) or KILLED (Ctrl-C).
 
 Summary: after the last job the launcher prints one table row per job (the overrides that differ,
 final metrics, wall time; the best job by `train.monitor` marked `*`), writes it to
-`<sweep dir>/summary.md`, and logs it on the parent run (`sweep_summary.md`, `best_*` params and
-metrics), so the sweep's result is on the console, on disk and in the UI.
+`<sweep dir>/summary.md`, and logs it on the parent run (`sweep_summary.md`, `best_*` params),
+so the sweep's result is on the console, on disk and in the UI.
 """
 
 from __future__ import annotations
@@ -70,10 +70,14 @@ def launch(
                 rows.append(job_row(idx, runs[-1], time.perf_counter() - start))
                 if runs[-1].status == JobStatus.FAILED:
                     status = "FAILED"
-                    log.error("job #%d failed: %s", idx, runs[-1]._return_value)
+                    log.error("job #%d failed: %s", idx, rows[-1].error)
                     if launcher.stop_on_failure:
                         break
         report_sweep(config, sweep_dir, runs, rows, launcher.parent_run_id)
+        if status == "FAILED":  # Hydra's sweeper would re-raise the job's error, traceback and all
+            failed = sum(r.status == "FAILED" for r in rows)
+            print(f"sweep failed: {failed} of {len(rows)} jobs failed (see the table)", flush=True)
+            raise SystemExit(1)
     except KeyboardInterrupt:
         status = "KILLED"
         raise
@@ -177,7 +181,18 @@ def job_row(idx: int, ret: JobReturn, seconds: float):  # -> app.tracking.summar
         time_s=seconds,
         job_dir=job_dir,
         run_id=read_run_id(job_dir) if job_dir else None,
+        error="" if ok else error_line(ret._return_value),
     )
+
+
+def error_line(err: object) -> str:
+    """A failed job's reason in one line: the culprit of a `JobFailed`, else type: message."""
+    from app.launch.spawn import JobFailed
+
+    if isinstance(err, JobFailed):
+        return err.culprit
+    first = (str(err).strip().splitlines() or [""])[0]
+    return f"{type(err).__name__}: {first}" if isinstance(err, BaseException) else first
 
 
 def report_sweep(
@@ -202,6 +217,8 @@ def report_sweep(
             for row in rows:
                 if row.run_id and not row.metrics:
                     row.metrics = dict(client.get_run(row.run_id).data.metrics)
+                if row.run_id and row.time_s is not None:  # `report` shows the same time
+                    client.set_tag(row.run_id, summary.JOB_TIME_TAG, str(row.time_s))
         first = next((r.cfg for r in runs if r.cfg is not None), None)
         monitor = summary.monitor_key(first if first is not None else cfg)
         table = summary.format_table(rows, monitor)
@@ -232,16 +249,14 @@ def _client(cfg):  # -> mlflow.tracking.MlflowClient
 
 
 def _log_to_parent(client, run_id: str, rows: list, monitor: str, text: str) -> None:
-    """The table as `sweep_summary.md`, the best job as `best_*` params and metrics."""
-    from mlflow.entities import Metric, Param
+    """The table as `sweep_summary.md`, the best job as `best_*` params. Params, not metrics:
+    the experiment's chart view would open on one-bar charts of the parent's `best_*` values,
+    above the jobs' per-epoch curves."""
+    from mlflow.entities import Param
 
     from app.tracking.summary import best_params_metrics
 
     params, metrics = best_params_metrics(rows, monitor)
-    now = int(time.time() * 1000)
-    client.log_batch(
-        run_id,
-        params=[Param(k, v[:6000]) for k, v in params.items()],
-        metrics=[Metric(k, v, now, 0) for k, v in metrics.items()],
-    )
+    params |= {k: f"{v:.6g}" for k, v in metrics.items()}
+    client.log_batch(run_id, params=[Param(k, v[:6000]) for k, v in params.items()])
     client.log_text(run_id, text, "sweep_summary.md")
