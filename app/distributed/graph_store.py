@@ -29,7 +29,7 @@ from torch import Tensor
 from torch_geometric.data import EdgeAttr, EdgeLayout, GraphStore
 from torch_geometric.utils import sort_edge_index
 
-from app.partition.book import DictPartitionBook, PartitionBook
+from app.partition.book import DictPartitionBook, PartitionBook, pyg_book
 from app.partition.pyg import read_labels
 from app.partition.reader import (
     REPARTITION_HINT,
@@ -82,7 +82,7 @@ class LocalGraphStore(GraphStore):
             part.index,
             part.meta,
         )
-        store.node_pb = part.book
+        store.node_pb = pyg_book(part.book)
         store.edge_pb = load_edge_map(part)
         store.root = part.root
         store.labels = read_labels(part.root)
