@@ -132,16 +132,15 @@ class DistNeighborSampler(_Sampler):
     ) -> SamplerOutput:
         """PyG's: up to `one_hop_num` in-neighbours of every global id in `srcs`, across
         partitions. `node`: neighbours, `edge`: their edge ids, `batch`: each neighbour's
-        `src_batch` entry, `metadata`: (neighbours per source,)."""
+        `src_batch` entry, `metadata`: (neighbours per source as a list, PyG's form)."""
         job = (edge_type, srcs.numpy(), int(one_hop_num), 0,
                None if seed_time is None else np.ascontiguousarray(seed_time.numpy()))  # fmt: skip
         dst_type = None if edge_type is None else edge_type[-1]
         nbrs, eids, counts = (await _off_loop(self.sample_jobs, [job], [dst_type]))[0]
-        counts_t = torch.from_numpy(counts)
-        batch = None if src_batch is None else src_batch.repeat_interleave(counts_t)
+        batch = None if src_batch is None else src_batch.repeat_interleave(torch.from_numpy(counts))
         return SamplerOutput(node=torch.from_numpy(nbrs), row=None, col=None,
                              edge=torch.from_numpy(eids), batch=batch,
-                             metadata=(counts_t,))  # fmt: skip
+                             metadata=(counts.tolist(),))  # fmt: skip
 
     # -- PyG's sample function: seeds (and times) → our sampler ---------------------------------
 

@@ -83,8 +83,9 @@ def _rank(rank: int, port: int, queue) -> None:
         link = EdgeSamplerInput(input_id=None, row=row, col=col)
         out = plain.event_loop.run_task(plain.edge_sample(link, plain.node_sample, 10, False))
         got["link"] = (_as_tuple(out), out.metadata[1])
-        hop = plain.event_loop.run_task(plain.sample_one_hop(SEEDS[rank], -1))
-        got["one_hop"] = (hop.node, hop.edge, hop.metadata[0])
+        one_hop = plain.sample_one_hop(SEEDS[rank], -1, src_batch=torch.tensor([0, 1]))
+        hop = plain.event_loop.run_task(one_hop)
+        got["one_hop"] = (hop.node, hop.edge, hop.metadata[0], hop.batch)
         for sampler in samplers.values():
             sampler.event_loop.close()
         queue.put(pickle.dumps((rank, got)))  # bytes: tensors outlive this process
@@ -157,13 +158,14 @@ def test_pyg_sampler_entry_points_equal_the_local_sampler():
         _assert_same(got["link"][0], {k: v for k, v in _as_tuple(out).items() if k != "batch"},
                      "link")  # fmt: skip
         assert torch.equal(got["link"][1], out.metadata[1]), "edge_label_index"
-        nbrs, eids, counts = got["one_hop"]
+        nbrs, eids, counts, batch = got["one_hop"]
+        assert batch.tolist() == [0] * counts[0] + [1] * counts[1]
         for i, v in enumerate(SEEDS[rank].tolist()):
             into = GLOBAL_EDGES[1] == v
-            start = int(counts[:i].sum())
-            taken = nbrs[start : start + int(counts[i])]
+            start = sum(counts[:i])
+            taken = nbrs[start : start + counts[i]]
             assert sorted(taken.tolist()) == sorted(GLOBAL_EDGES[0][into].tolist())
-        assert eids.numel() == int(counts.sum())
+        assert eids.numel() == sum(counts)
 
 
 def test_constructor_refuses_our_order():
