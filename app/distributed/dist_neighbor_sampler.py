@@ -8,9 +8,8 @@ PyG's script drives a sampler by hand: `init_rpc`, then `init_sampler_instance()
 seeds and link bookkeeping (negatives, `edge_label_index`, seed times) are PyG's own
 `node_sample` / `edge_sample`, so outputs have PyG's layout and metadata.
 
-PyG keeps node and edge times in the feature store; peers' hops read them from the graph store,
-so the constructor copies them there (`put_node_time` / `put_edge_time`). PyG's rule decides the
-level: `time_attr='time'` is node-level, any other name edge-level.
+The loaders build this class too (`loader.dist_sampler` is one), with the loader's context or
+None for a loader without one.
 """
 
 from __future__ import annotations
@@ -61,12 +60,11 @@ class DistNeighborSampler(_Sampler):
         device: Any = None,
         **kwargs: Any,
     ) -> None:
-        if not isinstance(current_ctx, DistContext):
+        if current_ctx is not None and not isinstance(current_ctx, DistContext):
             raise TypeError(
                 f"current_ctx={current_ctx!r}: PyG's DistNeighborSampler takes "
                 "(current_ctx, data, num_neighbors, ...); pass a DistContext first"
             )
-        _times_to_graph_store(*data, time_attr)
         super().__init__(data, num_neighbors, replace, subgraph_type, disjoint,
                          temporal_strategy, time_attr, **kwargs)  # fmt: skip
         self.current_ctx = current_ctx
@@ -162,37 +160,3 @@ def _own_time(gs: LocalGraphStore, seed: Tensor | dict[str, Tensor]) -> Any:
     if isinstance(seed, dict):
         return {t: gs.node_time(t)[ids] for t, ids in seed.items()}
     return gs.node_time(None)[seed]
-
-
-def _times_to_graph_store(fs: LocalFeatureStore, gs: LocalGraphStore, time_attr: str | None):
-    """PyG's times in the feature store → the graph store, where local and peers' hops read
-    them: node time (`time`) by global id, edge time per local edge in CSC order."""
-    if not time_attr:
-        return
-    if time_attr == "time":
-        for group in [None] if not gs.is_hetero else list(gs.meta.get("node_types", [])):
-            if group not in gs.time_types and "time" in fs.attr_names(group):
-                gs.put_node_time(fs.get_tensor(group_name=group, attr_name="time"), group)
-        return
-    for key in [None] if not gs.is_hetero else gs.edge_types:
-        if key not in gs.edge_time_types:
-            time = _edge_time(fs, gs, key, time_attr)
-            if time is not None:
-                gs.put_edge_time(time, key)
-
-
-def _edge_time(fs: LocalFeatureStore, gs: LocalGraphStore, key: Any, attr: str) -> Tensor | None:
-    """Edge time per local edge of `key`, in the graph store's CSC order, or None."""
-    edge_id = gs.csc_numpy(key)[2]
-    group = key if key is not None else (None, None)
-    if attr in fs.attr_names(group):  # rows of edges by global edge id (partitions)
-        return fs.local_get(edge_id, group, [attr])[attr]
-    if key is None and attr in fs.attr_names(None):  # PyG's from_data: rows as edges were put
-        time = fs.get_tensor(group_name=None, attr_name=attr)
-        if time.numel() != edge_id.size or int(edge_id.max(initial=-1)) >= time.numel():
-            raise ValueError(
-                f"edge time {attr!r} has {time.numel()} rows for {edge_id.size} local edges "
-                "(put in the graph store's edge order): pass one time per local edge"
-            )
-        return time[torch.from_numpy(edge_id)]
-    return None

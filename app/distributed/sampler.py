@@ -14,7 +14,8 @@ entry carries its seed's time to the partition that owns it, which keeps only ne
 later than that time. Node-level (`time`: the graph store holds every node's time, halo
 included; source node types without a time are not filtered, as in the local sampler) or
 edge-level (any other name: the owning partition's graph store holds its edges' times, PyG's
-`edge_time`; edge types without a time are not filtered).
+`edge_time`; edge types without a time are not filtered). Times that PyG's stores keep in the
+feature store are copied into the graph store first (`times_to_graph_store`).
 
 The sampler serves its own partition to peers through `local_hop` (the "hop" endpoint, with or
 without seed times; see `server`), and a sampler process runs trainers' batches on `sampler_for`.
@@ -98,6 +99,7 @@ class DistNeighborSampler:
         **_: Any,
     ) -> None:
         self.feature_store, self.graph_store = data
+        times_to_graph_store(self.feature_store, self.graph_store, time_attr)
         if isinstance(num_neighbors, dict):  # accept PyG's "src__rel__dst" keys too
             num_neighbors = {
                 tuple(k.split("__")) if isinstance(k, str) else tuple(k): list(v)
@@ -529,6 +531,40 @@ def hop_stats() -> tuple[int, int]:
     """(remote hop requests, bytes) of this process's samplers so far."""
     stats = [s.stats for s in _samplers.values()]
     return sum(h.requests for h in stats), sum(h.bytes for h in stats)
+
+
+def times_to_graph_store(fs: LocalFeatureStore, gs: LocalGraphStore, time_attr: str | None) -> None:
+    """PyG's times in the feature store → the graph store, where local and peers' hops read
+    them: node time (`time`) by global id, edge time per local edge in CSC order."""
+    if not time_attr:
+        return
+    if time_attr == "time":
+        for group in [None] if not gs.is_hetero else list(gs.meta.get("node_types", [])):
+            if group not in gs.time_types and "time" in fs.attr_names(group):
+                gs.put_node_time(fs.get_tensor(group_name=group, attr_name="time"), group)
+        return
+    for key in [None] if not gs.is_hetero else gs.edge_types:
+        if key not in gs.edge_time_types:
+            time = _edge_time(fs, gs, key, time_attr)
+            if time is not None:
+                gs.put_edge_time(time, key)
+
+
+def _edge_time(fs: LocalFeatureStore, gs: LocalGraphStore, key: Any, attr: str) -> Tensor | None:
+    """Edge time per local edge of `key`, in the graph store's CSC order, or None."""
+    edge_id = gs.csc_numpy(key)[2]
+    group = key if key is not None else (None, None)
+    if attr in fs.attr_names(group):  # rows of edges by global edge id (partitions)
+        return fs.local_get(edge_id, group, [attr])[attr]
+    if key is None and attr in fs.attr_names(None):  # PyG's from_data: rows as edges were put
+        time = fs.get_tensor(group_name=None, attr_name=attr)
+        if time.numel() != edge_id.size or int(edge_id.max(initial=-1)) >= time.numel():
+            raise ValueError(
+                f"edge time {attr!r} has {time.numel()} rows for {edge_id.size} local edges "
+                "(put in the graph store's edge order): pass one time per local edge"
+            )
+        return time[torch.from_numpy(edge_id)]
+    return None
 
 
 def _check_temporal(graph_store: LocalGraphStore, time_attr: str | None, strategy: str) -> bool:
