@@ -65,7 +65,7 @@ compat-pyg: install  ## opt-in: PyG's test/distributed against app.distributed (
 	  test -r "$(PYG_LIB_WHEEL)" || { echo "compat-pyg: PYG_LIB_WHEEL=$(PYG_LIB_WHEEL) is not a readable file (build it: docs/pyg-compat.md)"; exit 2; }; \
 	  $(BIN)/pip install -q --no-deps "$(PYG_LIB_WHEEL)"; \
 	fi
-	@$(BIN)/python -c "import pyg_lib" 2>/dev/null || echo "compat-pyg: pyg-lib is not installed: the 39 sampler tests will fail on PyG's reference sampler (set PYG_LIB_WHEEL=, see docs/pyg-compat.md)"
+	@$(BIN)/python -c "import pyg_lib" 2>/dev/null || echo "compat-pyg: pyg-lib cannot be imported (not installed, or built for another torch / C++ ABI): the 39 sampler tests will fail on PyG's reference sampler (set PYG_LIB_WHEEL=, see docs/pyg-compat.md)"
 	PYG_GIT=$(PYG_GIT) PEER_METIS_GATE=force PEER_PATCH_LOAD=1 \
 	PEER_TIMEOUT=$${PEER_TIMEOUT:-90} PEER_CLEAN=$${PEER_CLEAN:-1} \
 	bash $(PEER_HARNESS) $(CURDIR)/$(BIN)/python app.distributed $(PYG_COMMIT)
