@@ -60,9 +60,14 @@ chaos: install  ## fault injection: CHAOS_N random CHAOS_SIGNALS (KILL,STOP,TERM
 # that use pyg-lib as their reference sampler fail without it (docs/pyg-compat.md).
 PEER_HARNESS ?= $(CURDIR)/../shared/peer/run_peer_dist_tests.sh
 PYG_COMMIT   ?= 5c6461b2305ad068a6d61165b3c55852a11aaa41
-compat-pyg: install  ## opt-in: PyG's test/distributed against app.distributed (needs PYG_GIT=<bare clone of pytorch_geometric>)
+compat-pyg: install  ## opt-in: PyG's test/distributed against app.distributed (needs PYG_GIT=<bare clone of pytorch_geometric>; PYG_LIB_WHEEL=<pyg-lib wheel> installs PyG's reference sampler first)
 	@test -n "$(PYG_GIT)" || { echo "compat-pyg: set PYG_GIT to a bare clone: git clone --bare https://github.com/pyg-team/pytorch_geometric"; exit 2; }
 	@test -r "$(PEER_HARNESS)" || { echo "compat-pyg: harness not found: $(PEER_HARNESS) (set PEER_HARNESS)"; exit 2; }
+	@if [ -n "$(PYG_LIB_WHEEL)" ]; then \
+	  test -r "$(PYG_LIB_WHEEL)" || { echo "compat-pyg: PYG_LIB_WHEEL=$(PYG_LIB_WHEEL) is not a readable file (build it: docs/pyg-compat.md)"; exit 2; }; \
+	  $(BIN)/pip install -q --no-deps "$(PYG_LIB_WHEEL)"; \
+	fi
+	@$(BIN)/python -c "import pyg_lib" 2>/dev/null || echo "compat-pyg: pyg-lib cannot be imported (not installed, or built for another torch / C++ ABI): the 39 sampler tests will fail on PyG's reference sampler (set PYG_LIB_WHEEL=, see docs/pyg-compat.md)"
 	PYG_GIT=$(PYG_GIT) PEER_METIS_GATE=force PEER_PATCH_LOAD=1 \
 	PEER_TIMEOUT=$${PEER_TIMEOUT:-90} PEER_CLEAN=$${PEER_CLEAN:-1} \
 	bash $(PEER_HARNESS) $(CURDIR)/$(BIN)/python app.distributed $(PYG_COMMIT)

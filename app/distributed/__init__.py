@@ -7,11 +7,11 @@ changes one line: `import app.distributed as pyg_dist` (or `from app.distributed
 """
 
 from app.distributed.context import DistContext, DistRole
+from app.distributed.dist_neighbor_sampler import DistNeighborSampler
 from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.graph_store import LocalGraphStore
 from app.distributed.loader import DistLinkNeighborLoader, DistLoader, DistNeighborLoader
 from app.distributed.rpc import PeerError, RpcInitError, RPCRouter, init_rpc, shutdown_rpc
-from app.distributed.sampler import DistNeighborSampler
 from app.distributed.workers import serve, shutdown
 from app.partition.pyg import Partitioner, load_partition_info
 

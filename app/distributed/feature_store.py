@@ -31,7 +31,7 @@ from app.distributed import rpc
 from app.distributed.graph_store import load_edge_map, owner_of
 from app.distributed.halo_cache import HaloCache, load_or_fill
 from app.distributed.routing import Positions, merge_rows, route, split_by_owner, take
-from app.partition.book import DictPartitionBook, PartitionBook
+from app.partition.book import DictPartitionBook, PartitionBook, pyg_book
 from app.partition.reader import PartitionData, load_partition
 
 Group = Any  # node type (None when homogeneous) or edge type ((None, None) when homogeneous)
@@ -127,7 +127,7 @@ class LocalFeatureStore(FeatureStore):
             part.index,
             part.meta,
         )
-        store.node_feat_pb = part.book
+        store.node_feat_pb = pyg_book(part.book)
         store.edge_feat_pb = load_edge_map(part)
         store.root = part.root
         hetero = part.is_hetero

@@ -29,7 +29,7 @@ from torch import Tensor
 from torch_geometric.data import EdgeAttr, EdgeLayout, GraphStore
 from torch_geometric.utils import sort_edge_index
 
-from app.partition.book import DictPartitionBook, PartitionBook
+from app.partition.book import DictPartitionBook, PartitionBook, pyg_book
 from app.partition.pyg import read_labels
 from app.partition.reader import (
     REPARTITION_HINT,
@@ -65,6 +65,7 @@ class LocalGraphStore(GraphStore):
         self.labels: Tensor | dict[str, Tensor] | None = None  # label file's (PyG's `labels`)
         self._time: dict[str | None, Tensor] = {}
         self._time_np: dict[str | None, np.ndarray] = {}
+        self._edge_time: dict[Key, tuple[np.ndarray, np.ndarray]] = {}  # (time, positions)
 
     # -- construction -------------------------------------------------------------------------
 
@@ -81,7 +82,7 @@ class LocalGraphStore(GraphStore):
             part.index,
             part.meta,
         )
-        store.node_pb = part.book
+        store.node_pb = pyg_book(part.book)
         store.edge_pb = load_edge_map(part)
         store.root = part.root
         store.labels = read_labels(part.root)
@@ -242,6 +243,34 @@ class LocalGraphStore(GraphStore):
             view = self._time_np[node_type] = self.node_time(node_type).numpy()
         return view
 
+    def put_node_time(self, time: Tensor, node_type: str | None = None) -> None:
+        """Every node's time of a type, by global id (PyG keeps it in the feature store: its
+        sampler's stores are given it here, since peers' hops read it from this store)."""
+        self._time[node_type] = time
+        self._time_np.pop(node_type, None)
+
+    def put_edge_time(self, time: Tensor, edge_type: Key = None) -> None:
+        """Time of each local edge of a type, in CSC order (`csc_numpy`'s positions): edge-level
+        temporal sampling keeps an edge only if it is not later than its seed's time."""
+        colptr = self.csc_numpy(edge_type)[0]
+        time_np = np.ascontiguousarray(time.numpy())
+        if time_np.shape != (int(colptr[-1]),):
+            raise ValueError(
+                f"edge time of {edge_type!r} has shape {tuple(time_np.shape)} for "
+                f"{int(colptr[-1])} local edges: pass one time per edge"
+            )
+        self._edge_time[edge_type] = (time_np, np.arange(time_np.size, dtype=np.int64))
+
+    @property
+    def edge_time_types(self) -> list[Key]:
+        """Edge types with an edge time (homogeneous: [None] when edges are timed)."""
+        return list(self._edge_time)
+
+    def edge_time_numpy(self, edge_type: Key = None) -> tuple[np.ndarray, np.ndarray] | None:
+        """(edge time, 0..E-1) in CSC order, or None when this edge type has no time: the
+        kernel filters by `time[row[p]]`, so sampling over the positions filters by edge."""
+        return self._edge_time.get(edge_type)
+
     def owner(self, ids: np.ndarray, node_type: str | None = None) -> np.ndarray:
         """Owning partition of each global id (numpy in and out: the sampler's hot path)."""
         if self.num_partitions == 1:
@@ -316,6 +345,7 @@ class LocalGraphStore(GraphStore):
 
     def _forget(self, et: Key) -> None:
         """Drop conversions of `et` made from what was put before (a put or remove changed it)."""
+        self._edge_time.pop(et, None)  # its positions were those of the old edges
         if et in self._derived:
             self._derived.discard(et)
             self._csc.pop(et, None)

@@ -33,9 +33,9 @@ from torch_geometric.sampler import NegativeSampling
 from app.config import SamplerConfig
 from app.distributed import rpc, server, workers
 from app.distributed.context import DistContext
+from app.distributed.dist_neighbor_sampler import DistNeighborSampler
 from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.graph_store import LocalGraphStore
-from app.distributed.sampler import DistNeighborSampler
 from app.distributed.shm import PREFIX, SHM_DIR, BatchRing
 from app.runtime import worker_name
 from app.sampler.kernel import derive_seed
@@ -155,8 +155,9 @@ class DistLoader:
         if self.ctx is not None and gs.num_partitions > 1:
             router = rpc.RPCRouter.for_context(self.ctx)
         self.sampler = dist_sampler or DistNeighborSampler(
-            (self.feature_store, gs), num_neighbors, replace, subgraph_type,
-            disjoint, temporal_strategy, time_attr, router, attrs, feature_cache_size,
+            self.ctx, (self.feature_store, gs), num_neighbors, replace, subgraph_type, disjoint,
+            temporal_strategy, time_attr, router=router, attrs=attrs,
+            feature_cache_size=feature_cache_size,
         )  # fmt: skip
         if num_workers and current_ctx is None:
             raise ValueError(f"num_workers={num_workers} needs current_ctx (sampler processes)")

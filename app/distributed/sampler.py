@@ -9,10 +9,13 @@ distributed sample equals the single-machine sample of the unpartitioned graph, 
 Features and labels of the sampled nodes come from `LocalFeatureStore.fetch` (local rows + one
 batched call per remote partition).
 
-Temporal sampling (`time_attr`, node-level time): as in the local sampler it is disjoint, and
-every frontier entry carries its seed's time to the partition that owns it, which keeps only
-neighbours not later than that time (the graph store holds every node's time, halo included).
-Source node types without a time are not filtered, as in the local sampler.
+Temporal sampling (`time_attr`): as in the local sampler it is disjoint, and every frontier
+entry carries its seed's time to the partition that owns it, which keeps only neighbours not
+later than that time. Node-level (`time`: the graph store holds every node's time, halo
+included; source node types without a time are not filtered, as in the local sampler) or
+edge-level (any other name: the owning partition's graph store holds its edges' times, PyG's
+`edge_time`; edge types without a time are not filtered). Times that PyG's stores keep in the
+feature store are copied into the graph store first (`times_to_graph_store`).
 
 The sampler serves its own partition to peers through `local_hop` (the "hop" endpoint, with or
 without seed times; see `server`), and a sampler process runs trainers' batches on `sampler_for`.
@@ -96,6 +99,7 @@ class DistNeighborSampler:
         **_: Any,
     ) -> None:
         self.feature_store, self.graph_store = data
+        times_to_graph_store(self.feature_store, self.graph_store, time_attr)
         if isinstance(num_neighbors, dict):  # accept PyG's "src__rel__dst" keys too
             num_neighbors = {
                 tuple(k.split("__")) if isinstance(k, str) else tuple(k): list(v)
@@ -107,6 +111,7 @@ class DistNeighborSampler:
                 "only; use sampler.subgraph_type=directional"
             )
         self.temporal = _check_temporal(self.graph_store, time_attr, temporal_strategy)
+        self.edge_level = self.temporal and time_attr != "time"
         disjoint = disjoint or self.temporal  # temporal sampling is disjoint, as locally
         self.spec = SamplerSpec(
             _freeze(num_neighbors),
@@ -166,7 +171,7 @@ class DistNeighborSampler:
 
     # -- one hop, all partitions --------------------------------------------------------------
 
-    def sample_one_hop(self, jobs: Sequence[Job], node_types: Sequence[Any]) -> list[HopResult]:
+    def sample_jobs(self, jobs: Sequence[Job], node_types: Sequence[Any]) -> list[HopResult]:
         """Sample each job's frontier across partitions; results in frontier order.
 
         `node_types[i]` is the destination node type of job i (None when homogeneous): it
@@ -196,12 +201,14 @@ class DistNeighborSampler:
         wire = [(et, torch.from_numpy(f), k, sd, _torch(t)) for et, f, k, sd, t in sub]
         self.stats.add(1, sum(job[1].numel() * (16 if self.temporal else 8) for job in wire))
         return _HopCall(
-            rpc.call_partition(self.router, part, "hop", (wire, self.replace, self.strategy)),
+            rpc.call_partition(
+                self.router, part, "hop", (wire, self.replace, self.strategy, self.edge_level)
+            ),
             self.stats,
         )
 
     def _run_hop(self, _: int, sub: list) -> list[HopResult]:
-        return local_hop(self.graph_store, sub, self.replace, self.strategy)
+        return local_hop(self.graph_store, sub, self.replace, self.strategy, self.edge_level)
 
     # -- multi-hop ----------------------------------------------------------------------------
 
@@ -254,15 +261,13 @@ class DistNeighborSampler:
         """Sample the multi-hop neighbourhood of global `seeds` (PyG's output types).
 
         `seeds`: ids of `input_type`, or {node type: ids} (hetero link batches seed both end
-        types; not temporal). `seed` seeds the kernel exactly like the single-machine sampler
+        types). `seed` seeds the kernel exactly like the single-machine sampler
         (`hop_seed(seed, hop)` per hop, a stream per node), so both draw the same sample from
-        the same graph. `seed_time` (temporal sampling only, one per seed): no neighbour later
-        than it is drawn.
+        the same graph. `seed_time` (temporal sampling only, one per seed; {node type: times}
+        with dict seeds): no neighbour later than it is drawn.
         """
         if isinstance(seeds, dict):
-            if self.temporal:
-                raise ValueError("temporal sampling takes seeds of one node type (input_type)")
-            times = None
+            times = self._seed_time_dict(seeds, seed_time)
         else:
             times = self._seed_times(seeds, seed_time)
             seeds = {input_type: seeds}
@@ -292,6 +297,17 @@ class DistNeighborSampler:
             batch=None if batch is None else {t: t64(b) for t, b in batch.items()},
             num_sampled_nodes=nsn, num_sampled_edges=nse,
         )  # fmt: skip
+
+    def _seed_time_dict(self, seeds: dict[Any, Tensor], seed_time: Any) -> np.ndarray | None:
+        """Seed times of dict seeds, in tree order (types in dict order, as `_grow` counts)."""
+        if not self.temporal:
+            return None
+        if not isinstance(seed_time, dict) or set(seed_time) != set(seeds):
+            raise ValueError(
+                f"temporal sampling of seeds of types {sorted(seeds)} needs seed_time as "
+                "{node type: one time per seed} for the same types"
+            )
+        return _cat([self._seed_times(s, seed_time[t]) for t, s in seeds.items()])
 
     def _seed_times(self, seeds: Tensor, seed_time: Tensor | None) -> np.ndarray | None:
         if not self.temporal:
@@ -337,7 +353,7 @@ class DistNeighborSampler:
                  None if times is None else times[front[dst_t[et]][2]])
                 for et in todo
             ]  # fmt: skip
-            results = self.sample_one_hop(jobs, [dst_t[et] for et in todo])
+            results = self.sample_jobs(jobs, [dst_t[et] for et in todo])
             fresh: dict[Any, list] = {t: [] for t in ntypes}
             for et, (nbrs, eid, counts) in zip(todo, results, strict=False):
                 _, dst_local, dst_tree = front[dst_t[et]]
@@ -445,17 +461,27 @@ class DistNeighborSampler:
 
 
 def local_hop(
-    graph_store: LocalGraphStore, jobs: Sequence[tuple], replace: bool, strategy: str = "uniform"
+    graph_store: LocalGraphStore,
+    jobs: Sequence[tuple],
+    replace: bool,
+    strategy: str = "uniform",
+    edge_level: bool = False,
 ) -> list[HopResult]:
     """Sample every job on this partition (its frontier nodes must be owned here).
 
     A job is `(edge type, frontier, fan-out, seed[, seed time per frontier entry])`; with
-    times, neighbours later than their entry's time are skipped (sources with a time only).
+    times, neighbours later than their entry's time are skipped (sources with a time only),
+    or with `edge_level`, edges later than it (edge types with a time only).
     """
     out = []
     for edge_type, frontier, k, seed, *rest in jobs:
         colptr, row, edge_id = graph_store.csc_numpy(edge_type)
         time = rest[0] if rest else None
+        if edge_level:
+            nbrs, epos, counts = _edge_time_hop(graph_store, edge_type, frontier, k, replace,
+                                                seed, time, strategy)  # fmt: skip
+            out.append((nbrs, edge_id[epos].astype(np.int64, copy=False), counts))
+            continue
         src_type = edge_type[0] if edge_type is not None else None
         if src_type is not None and src_type not in graph_store.time_types:
             time = None  # a source type without time is not filtered (the local rule)
@@ -468,6 +494,25 @@ def local_hop(
             (nbrs.astype(np.int64, copy=False), edge_id[epos].astype(np.int64, copy=False), counts)
         )
     return out
+
+
+def _edge_time_hop(
+    gs: LocalGraphStore, edge_type: Any, frontier: np.ndarray, k: int, replace: bool,
+    seed: int, time: np.ndarray | None, strategy: str,
+) -> HopResult:  # fmt: skip
+    """One hop filtered by edge time: the kernel's node-time filter run over edge positions
+    (`time[position]`), so the same kernel draws; neighbours are the rows at those positions."""
+    colptr, row, _ = gs.csc_numpy(edge_type)
+    timed = gs.edge_time_numpy(edge_type)
+    if timed is None or time is None:
+        nbrs, epos, counts = sample_hop(colptr, row, frontier, k, replace, seed, None, None,
+                                        strategy)  # fmt: skip
+    else:
+        edge_time, positions = timed
+        _, epos, counts = sample_hop(colptr, positions, frontier, k, replace, seed, edge_time,
+                                     time, strategy)  # fmt: skip
+        nbrs = row[epos]
+    return nbrs.astype(np.int64, copy=False), epos, counts
 
 
 def sampler_for(spec: SamplerSpec) -> DistNeighborSampler:
@@ -488,6 +533,40 @@ def hop_stats() -> tuple[int, int]:
     return sum(h.requests for h in stats), sum(h.bytes for h in stats)
 
 
+def times_to_graph_store(fs: LocalFeatureStore, gs: LocalGraphStore, time_attr: str | None) -> None:
+    """PyG's times in the feature store → the graph store, where local and peers' hops read
+    them: node time (`time`) by global id, edge time per local edge in CSC order."""
+    if not time_attr:
+        return
+    if time_attr == "time":
+        for group in [None] if not gs.is_hetero else list(gs.meta.get("node_types", [])):
+            if group not in gs.time_types and "time" in fs.attr_names(group):
+                gs.put_node_time(fs.get_tensor(group_name=group, attr_name="time"), group)
+        return
+    for key in [None] if not gs.is_hetero else gs.edge_types:
+        if key not in gs.edge_time_types:
+            time = _edge_time(fs, gs, key, time_attr)
+            if time is not None:
+                gs.put_edge_time(time, key)
+
+
+def _edge_time(fs: LocalFeatureStore, gs: LocalGraphStore, key: Any, attr: str) -> Tensor | None:
+    """Edge time per local edge of `key`, in the graph store's CSC order, or None."""
+    edge_id = gs.csc_numpy(key)[2]
+    group = key if key is not None else (None, None)
+    if attr in fs.attr_names(group):  # rows of edges by global edge id (partitions)
+        return fs.local_get(edge_id, group, [attr])[attr]
+    if key is None and attr in fs.attr_names(None):  # PyG's from_data: rows as edges were put
+        time = fs.get_tensor(group_name=None, attr_name=attr)
+        if time.numel() != edge_id.size or int(edge_id.max(initial=-1)) >= time.numel():
+            raise ValueError(
+                f"edge time {attr!r} has {time.numel()} rows for {edge_id.size} local edges "
+                "(put in the graph store's edge order): pass one time per local edge"
+            )
+        return time[torch.from_numpy(edge_id)]
+    return None
+
+
 def _check_temporal(graph_store: LocalGraphStore, time_attr: str | None, strategy: str) -> bool:
     """Whether sampling is temporal; refuses what the partition cannot serve, early."""
     if strategy not in STRATEGIES:
@@ -498,9 +577,11 @@ def _check_temporal(graph_store: LocalGraphStore, time_attr: str | None, strateg
     if not time_attr:
         return False
     if time_attr != "time":
+        if graph_store.edge_time_types:
+            return True  # edge-level: PyG's rule, any name but `time` is an edge attribute
         raise ValueError(
-            f"time_attr={time_attr!r}: partitions store node time as 'time'; "
-            "set sampler.time_attr=time"
+            f"time_attr={time_attr!r}: partitions store node time as 'time' and this graph "
+            "store holds no edge time; set sampler.time_attr=time"
         )
     if not graph_store.is_hetero or not graph_store.time_types:
         graph_store.node_time(None)  # raises the one-line fix when the partition has no times

@@ -36,11 +36,14 @@ register = endpoints.register  # this process serves its stores (before joining 
 
 
 @endpoint("hop")
-def remote_hop(jobs: list, replace: bool, strategy: str = "uniform") -> list:
+def remote_hop(
+    jobs: list, replace: bool, strategy: str = "uniform", edge_level: bool = False
+) -> list:
     """One hop of every job [(edge type, frontier, fan-out, seed, seed times or None)] on this
-    partition; with seed times, no neighbour later than its entry's time (temporal sampling)."""
+    partition; with seed times, no neighbour (`edge_level`: edge) later than its entry's time
+    (temporal sampling)."""
     jobs = [(et, f.numpy(), k, sd, None if t is None else t.numpy()) for et, f, k, sd, t in jobs]
-    hops = local_hop(endpoints.stores()[1], jobs, replace, strategy)
+    hops = local_hop(endpoints.stores()[1], jobs, replace, strategy, edge_level)
     return [tuple(torch.from_numpy(a) for a in r) for r in hops]
 
 

@@ -55,6 +55,15 @@ class RangePartitionBook:
         return int(self.bounds[-1])
 
 
+def pyg_book(book: Any) -> Any:
+    """PyG's form of a book (per type, for a dict of books): a dict book's id → part tensor,
+    which PyG's stores and scripts index (`node_pb[ids]`, `.tolist()`); a range book (relabelled
+    partitions, which PyG does not write) stays a book. Routing accepts both."""
+    if isinstance(book, dict):
+        return {k: pyg_book(v) for k, v in book.items()}
+    return book.node_map if isinstance(book, DictPartitionBook) else book
+
+
 def book_from_meta(meta: dict[str, Any], node_map: Any) -> PartitionBook | dict[str, PartitionBook]:
     """The right book(s) for a partition: range books when META.json has `node_bounds`."""
     num_parts = int(meta["num_parts"])

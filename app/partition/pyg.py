@@ -123,8 +123,9 @@ class Partitioner:
 
 def load_partition_info(root_dir: str | os.PathLike, partition_idx: int) -> tuple:
     """PyG's `load_partition_info`: (meta, num_partitions, partition_idx, node_pb, edge_pb) of
-    the partition at `root_dir`; the books are this package's (what its stores route with),
-    per type on a heterogeneous graph."""
+    the partition at `root_dir`; the node books are PyG's id → part tensors (range books of
+    relabelled partitions stay books), per type on a heterogeneous graph."""
+    from app.partition.book import pyg_book
     from app.partition.reader import load_partition_book, map_files, read_meta, torch_load
 
     root = Path(root_dir)
@@ -134,6 +135,6 @@ def load_partition_info(root_dir: str | os.PathLike, partition_idx: int) -> tupl
         raise ValueError(f"partition_idx={partition_idx}: {root} has parts 0..{num_parts - 1}")
     edge_pb = {t: torch_load(root / rel) for t, rel in map_files(meta, "edge_map").items()}
     if meta["is_hetero"]:
-        node_pb: Any = {t: load_partition_book(root, t) for t in meta["node_types"]}
+        node_pb: Any = {t: pyg_book(load_partition_book(root, t)) for t in meta["node_types"]}
         return meta, num_parts, partition_idx, node_pb, edge_pb
-    return meta, num_parts, partition_idx, load_partition_book(root), edge_pb[None]
+    return meta, num_parts, partition_idx, pyg_book(load_partition_book(root)), edge_pb[None]
