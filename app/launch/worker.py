@@ -21,6 +21,7 @@ import sys
 import traceback
 import warnings
 
+from app.jit import watch_compiles
 from app.launch.heartbeat import start_heartbeat
 from app.runtime import Runtime
 
@@ -81,6 +82,7 @@ def main() -> int:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR
     setup_logging(runtime)
+    watch_compiles()  # the launcher warmed the kernel cache: a compile here is announced
     # torch's object collectives warn on every gloo call; the job uses them on purpose.
     warnings.filterwarnings("ignore", message="You are using a Backend", category=UserWarning)
     try:
