@@ -26,6 +26,7 @@ BENCHES = [
     "layerwise_kernel",  # layer-wise mean aggregation with vs without software prefetch
     "fresh_memory",  # what touching fresh vs just-freed memory costs on this machine
     "verify",  # content verification of a loaded part (xxh3 + NaN check), 200k nodes
+    "cold_start",  # first batch / first epoch: fresh vs installed kernel cache, vs PyG
 ]
 
 

@@ -83,9 +83,17 @@ def _pipeline() -> None:
 
 def warm() -> float:
     """Compile (or load) the kernels and mark the cache warm; the seconds it took."""
+    from app.jit.watch import paused
+
     start = time.perf_counter()
-    with contextlib.redirect_stdout(io.StringIO()):  # the partitioner's tables
-        _pipeline()
+    logger = logging.getLogger("distgnn")
+    level = logger.level
+    logger.setLevel(logging.WARNING)  # the pipeline's own INFO lines (METIS, ...)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), paused():  # the partition tables
+            _pipeline()
+    finally:
+        logger.setLevel(level)
     path = marker()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.touch()
@@ -97,5 +105,5 @@ def ensure_warm() -> None:
     that would each compile them (one line when it does)."""
     if is_warm():
         return
-    log.info("compiling kernels (first run on this machine; cached in %s)", cache_root())
+    log.info("compiling kernels (first run on this machine; cached in %s) ...", cache_root())
     log.info("kernels compiled in %.1f s", warm())

@@ -10,6 +10,8 @@ import atexit
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from numba.core import event
 
@@ -26,10 +28,13 @@ class CompileWatch(event.Listener):
         self.names: list[str] = []
         self.started = 0.0
         self.announced = False
+        self.paused = False  # `app.jit.warm` says what it compiles itself
         self.timer: threading.Timer | None = None
         self.lock = threading.Lock()
 
     def on_start(self, event: event.Event) -> None:
+        if self.paused:
+            return
         with self.lock:
             if self.timer is not None:
                 self.timer.cancel()
@@ -43,6 +48,8 @@ class CompileWatch(event.Listener):
                         cache_root())  # fmt: skip
 
     def on_end(self, event: event.Event) -> None:
+        if self.paused:
+            return
         with self.lock:
             self.depth -= 1
             if self.depth:
@@ -75,3 +82,17 @@ def register(level: int) -> CompileWatch:
         event.register("numba:compile", _WATCH)
         atexit.register(_WATCH.report)  # a burst still open when the process ends
     return _WATCH
+
+
+@contextmanager
+def paused() -> Iterator[None]:
+    """No announcement for what compiles in the block (its caller reports it)."""
+    watch = _WATCH
+    if watch is None:
+        yield
+        return
+    watch.paused = True
+    try:
+        yield
+    finally:
+        watch.paused = False
