@@ -22,6 +22,8 @@ $(STAMP): pyproject.toml
 	# Editable installs hide namespace packages from Hydra's plugin scan (hydra#2359):
 	# a plain path entry makes launchers/hydra_plugins visible as a regular directory.
 	$(BIN)/python -c "import site, pathlib; pathlib.Path(site.getsitepackages()[0], 'distgnn_launchers.pth').write_text('$(CURDIR)/launchers\\n')"
+	# numba kernels, compiled once per machine into ~/.cache/distgnn (DISTGNN_CACHE_DIR): jobs start warm
+	$(BIN)/python -m app.jit
 	touch $(STAMP)
 
 install: $(STAMP)  ## create .venv and install the project with pinned versions

@@ -13,6 +13,7 @@ import signal
 import sys
 
 from app.interrupt import TERMINATED
+from app.jit import watch_compiles
 
 EXIT_CONFIG = 2
 EXIT_INTERRUPTED = 128 + signal.SIGINT
@@ -101,6 +102,7 @@ def main(node: DictConfig) -> float | None:
     from app.partition.reader import PartitionError
     from app.tasks import run_task
 
+    watch_compiles()  # a cold kernel cache: say so, not a silent minute
     if cfg.dataset.name.startswith("ogbn_"):  # real OGB data missing: one line, before any work
         from app.dataset.ogb import OgbDataMissingError, precheck
 

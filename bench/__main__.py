@@ -27,6 +27,7 @@ BENCHES = [
     "fresh_memory",  # what touching fresh vs just-freed memory costs on this machine
     "verify",  # content verification of a loaded part (xxh3 + NaN check), 200k nodes
     "hosts",  # the e2e job across 2 and 3 testbed hosts, unshaped and shaped (root + netns)
+    "cold_start",  # first batch / first epoch: fresh vs installed kernel cache, vs PyG
 ]
 
 

@@ -4,7 +4,7 @@ One main, two starters. `run_sampler` is the sampler process: load the node's pa
 (memory-mapped), join RPC, answer requests (the endpoints in `server`) until its trainer says
 stop (or is gone, or SIGTERM), leave RPC, exit. The launcher starts it as a process of the job
 (`app.launch.worker` → `serve`); a hand-launched PyG-style script's loader starts its own
-(`join`: multiprocessing spawn, as PyG's loader does), and stops them when the last loader
+(`join`: forked, as PyG's loader's workers are), and stops them when the last loader
 using them is closed, garbage-collected, or the interpreter exits (atexit) — never an orphan:
 a sampler also leaves by itself once its trainer stops answering pings.
 
@@ -32,6 +32,12 @@ log = logging.getLogger("distgnn")
 
 PING_EVERY_S = 2.0
 JOIN_GRACE_S = 10.0  # after RPC is down, how long a sampler process gets to exit on its own
+# A loader's sampler processes are forks of the trainer (Linux): they start with its imports
+# and compiled kernels instead of importing torch, PyG and numba again and re-running the
+# script's main module (what `spawn` does: the seconds that kept the first batch waiting).
+# Nothing of the parent's state is used in the child but the loader's arguments: RPC and the
+# sampler's threads start after the fork. Elsewhere (fork is unsafe on macOS) they spawn.
+START_METHOD = "fork" if sys.platform == "linux" else "spawn"
 
 
 # -- the sampler process ------------------------------------------------------------------------
@@ -112,6 +118,7 @@ def _spawned_main(ctx: DistContext, *args: Any) -> None:
 
     setup_logging(ctx.worker_name)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the trainer, which stops us
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the script's handler (a fork has it)
     code = 1
     try:
         code = run_sampler(ctx, *args)
@@ -218,7 +225,7 @@ def join(
                 "(LocalGraphStore/LocalFeatureStore.from_partition): sampler processes load it"
             )
         group = Group(ctx, init_timeout_s)
-        spawn = mp.get_context("spawn")
+        spawn = mp.get_context(START_METHOD)
         args = (str(partition_root), master_addr, master_port, rpc_timeout_s, init_timeout_s)
         for w in range(ctx.num_workers):
             sctx = ctx.sampler(w)

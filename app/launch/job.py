@@ -23,6 +23,7 @@ import torch
 
 from app.config import Config, ConfigError, heartbeat_timeout_s, save_config
 from app.fsutil import file_lock
+from app.jit.warm import ensure_warm
 from app.launch.orphans import (
     PID_FILE,
     end_orphaned_runs,
@@ -108,6 +109,8 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
         verify_for_job(cfg, partition_root)  # before any child: a corrupt file is one line
     plan = plan_job(cfg, job_dir, partition_root, ports, extra_env=extra)
     check_ports_free(cfg, plan)
+    with phase("kernels"):  # cold cache: compile here once, not in every child at once
+        ensure_warm()
     if isinstance(plan, EnvPlan):
         die_with_parent()  # torchrun / srun killed: take this node's share down with it
     save_config(cfg, job_dir / "config.yaml")

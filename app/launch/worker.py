@@ -21,6 +21,7 @@ import sys
 import traceback
 import warnings
 
+from app.jit import watch_compiles
 from app.launch.heartbeat import start_heartbeat
 from app.netutil import route_ifname_env
 from app.runtime import Runtime
@@ -85,6 +86,7 @@ def main() -> int:
     for key, value in route_ifname_env(runtime.master_addr).items():
         os.environ.setdefault(key, value)  # before torch: data sockets on this host's address
     setup_logging(runtime)
+    watch_compiles()  # the launcher warmed the kernel cache: a compile here is announced
     # torch's object collectives warn on every gloo call; the job uses them on purpose.
     warnings.filterwarnings("ignore", message="You are using a Backend", category=UserWarning)
     try:

@@ -130,3 +130,13 @@ def test_done_when_four_workers(root):
     for rank, out in enumerate(outs):
         assert out.count(f"sampler{rank}-0-") >= 4, f"rank {rank}: no 4 samplers:\n{out}"
         assert out.count("exiting (clean)") == 4, f"rank {rank}: unclean sampler exit:\n{out}"
+
+
+def test_script_without_main_guard(root):
+    """Sampler processes are forks of the script (as PyG's workers), not spawned copies that
+    import the script again: a script with no `__main__` guard runs."""
+    (port,) = _free_ports(1)
+    outs = run_ranks("no_main_guard.py", "--dataset_root_dir", str(root), "--port", str(port))
+    for rank, out in enumerate(outs):
+        seen, total = out.split(f"[node {rank}] ")[1].split(" seeds of ")
+        assert int(seen) == int(total.split()[0]) > 0

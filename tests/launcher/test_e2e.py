@@ -58,6 +58,8 @@ def test_two_node_run(shared, tmp_path):
         for line in (job / "logs" / "trainer1-0.log").read_text().splitlines()
     )
     assert "[trainer0-0]" in proc.stdout  # rank 0 echoed to the console
+    for log in (job / "logs").glob("*.log"):  # the launcher warmed the kernel cache first
+        assert "compiling kernels" not in log.read_text(), log.name
 
     from mlflow.tracking import MlflowClient
 

@@ -180,5 +180,9 @@ def warm() -> None:
         crow, col = np.array([0, 2], index), np.array([0, 1], index)
         _csr_spmm(crow, col, np.ones(2, np.float32), h, out)
         _csr_mean(crow, col, h, h[:0], out)
+        _mark(col, np.zeros(2, np.bool_))
     _counting_sort(np.array([1, 0], np.int64), 2)
+    rows = np.ones((2, 2), np.float32)
+    for view in (rows, rows[:, :1]):  # whole rows, and the leading columns of wider ones
+        _argmax(view, np.empty(2, np.int64))
     _WARM = True
