@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import REPO, default_sigint, run_app
+from tests.conftest import REPO, default_sigint, run_app, stop_and_tell, wait_for_job
 
 pytestmark = pytest.mark.dist
 
@@ -173,12 +173,8 @@ def _start_long_job(shared: Path, tmp_path: Path, *extra: str) -> tuple[subproce
         text=True,
         preexec_fn=default_sigint,
     )
-    deadline = time.monotonic() + 90
-    while not (job / "mlflow_run_id").exists():  # rank 0 is past RPC init
-        if time.monotonic() > deadline or launcher.poll() is not None:
-            launcher.kill()
-            pytest.fail(f"job did not start: {launcher.communicate()}")
-        time.sleep(0.2)
+    started = (job / "mlflow_run_id").exists  # rank 0 is past RPC init
+    wait_for_job(started, launcher, "job did not start", lambda: stop_and_tell(launcher))
     return launcher, job
 
 
