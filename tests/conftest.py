@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -104,6 +106,22 @@ def stop_and_tell(proc) -> str:
             pass
     out, err = proc.communicate(timeout=30)
     return str(err if err is not None else out)[-2000:]
+
+
+@contextmanager
+def small_disk(path: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of `size` (mount's syntax: 200k, 2m) mounted at `path` for the block, unmounted
+    after; the test is skipped where mounting is not permitted (not root)."""
+    import subprocess
+
+    path.mkdir(parents=True, exist_ok=True)
+    mount = ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)]
+    if subprocess.run(mount, capture_output=True).returncode != 0:
+        pytest.skip("needs permission to mount a small tmpfs")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 def run_app(*args: str, timeout: float = 60, env: dict | None = None, cwd: Path = REPO):

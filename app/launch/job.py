@@ -183,9 +183,10 @@ def _close_tracking(cfg: Config, job_dir: Path, status: str, error: str | None =
         return True
     from mlflow.tracking import MlflowClient
 
-    from app.tracking.mlflow import check_store
+    from app.tracking.mlflow import check_store, quiet_mlflow, store_full
     from app.tracking.redact import redact_text, redacted_copy
 
+    quiet_mlflow()
     run_id = run_file.read_text().strip()
     try:
         check_store(cfg.tracking_uri)  # fails at once where MLflow would retry for ~100 s
@@ -203,6 +204,7 @@ def _close_tracking(cfg: Config, job_dir: Path, status: str, error: str | None =
             client.set_terminated(run_id, status=status)
         return True
     except Exception as err:  # tracking must never hide the job's own outcome
+        err = store_full(err, cfg.tracking_uri) or err
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         log.warning(
             "could not end MLflow run %s (%s): %s; %s stays, so the next job ends it",

@@ -28,7 +28,7 @@ from app.launch.plan import ProcSpec
 from app.launch.spawn import JobFailed, run_procs
 from app.partition.reader import PartitionError
 from app.runtime import Runtime
-from tests.conftest import REPO, run_app, stop_and_tell, wait_for_job
+from tests.conftest import REPO, run_app, small_disk, stop_and_tell, wait_for_job
 
 SMOKE = ("+experiment=smoke", "cluster.num_nodes=2", "mlflow.enabled=false")
 
@@ -132,27 +132,11 @@ def test_log_pump_survives_a_full_disk_and_drains_the_pipe(tmp_path, capfd):
     assert "No space left on device" in capfd.readouterr().err
 
 
-def _mount_tmpfs(path: Path, size: str) -> bool:
-    path.mkdir()
-    ok = (
-        subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
-        ).returncode
-        == 0
-    )
-    return ok
-
-
 def test_disk_full_while_partitioning_is_one_line(made, tmp_path):
-    small = tmp_path / "small"
-    if not _mount_tmpfs(small, "200k"):
-        pytest.skip("needs permission to mount a small tmpfs")
-    try:
+    with small_disk(tmp_path / "small", "200k") as small:
         proc = run_app(
             "task=partition", *SMOKE, *_paths(made), f"partition.root={small / 'P'}", timeout=180
         )
-    finally:
-        subprocess.run(["umount", str(small)], check=False)
     assert proc.returncode == 1
     (line,) = proc.stderr.strip().splitlines()[-1:]
     assert "no space left on device" in line and str(small) in line
