@@ -89,15 +89,17 @@ def test_layerwise_with_two_trainers_per_node_equals_full_fanout_sampling(shared
 
 
 def test_multirun_nests_jobs_under_one_parent(shared, tmp_path):
+    """Also the 2-job sweep of issue 28 #3 (`model.hidden_channels=32,64` crashed at its second
+    evaluation): 3 epochs, so each job evaluates more than once with its kept buffers."""
     sweep = tmp_path / "sweep"
     proc = run_app(
         "-m",
         *SMOKE,
         *_common(shared, tmp_path),
         f"hydra.sweep.dir={sweep}",
-        "train.epochs=1",
-        "train.lr=0.01,0.003",
-        timeout=180,
+        "train.epochs=3",
+        "model.hidden_channels=32,64",
+        timeout=600,
     )
     _ok(proc)
     from mlflow.tracking import MlflowClient
@@ -110,9 +112,9 @@ def test_multirun_nests_jobs_under_one_parent(shared, tmp_path):
     assert len(parents) == 1 and len(children) == 2
     assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parents[0].info.run_id}
     assert {r.info.status for r in runs} == {"FINISHED"}
-    assert {r.data.params["train.lr"] for r in children} == {"0.01", "0.003"}
+    assert {r.data.params["model.hidden_channels"] for r in children} == {"32", "64"}
     for n in (0, 1):
-        assert (sweep / str(n) / "result.json").exists()
+        assert json.loads((sweep / str(n) / "result.json").read_text())["epochs_done"] == 3
 
 
 def _descendants(pid: int) -> list[psutil.Process]:
