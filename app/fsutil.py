@@ -13,7 +13,9 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import re
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Iterator
@@ -83,11 +85,31 @@ def free_mib(where: Path) -> float:
     return shutil.disk_usage(path).free / 2**20
 
 
+_HOST = socket.gethostname()
+
+
 def _temp_beside(path: Path) -> Path:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """A unique temp file next to `path`, named after this host and pid: a writer killed
+    mid-write leaves it, and `remove_orphaned_temps` knows whether its writer is gone."""
+    prefix = f".{path.name}.{_HOST}-{os.getpid()}."
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=".tmp")
     os.close(fd)
     os.chmod(tmp, 0o644)  # mkstemp makes it private; outputs are shared data
     return Path(tmp)
+
+
+def remove_orphaned_temps(folder: Path) -> list[Path]:
+    """Remove the atomic writers' temp files under `folder` whose writer, a process of this
+    host, is gone (a trainer SIGKILLed while writing a checkpoint); the paths removed. Temp
+    files of live processes, and of other hosts sharing the folder, are left alone."""
+    own = re.compile(rf"\.{re.escape(_HOST)}-(\d+)\.\w+\.tmp$")
+    removed = []
+    for tmp in Path(folder).rglob(".*.tmp"):
+        match = own.search(tmp.name)
+        if match and not pid_alive(int(match[1])):
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
+    return removed
 
 
 def write_text_atomic(path: Path, text: str) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from app.config import Config, heartbeat_timeout_s, save_config
-from app.fsutil import file_lock
+from app.fsutil import file_lock, remove_orphaned_temps
 from app.launch.orphans import (
     PID_FILE,
     end_orphaned_runs,
@@ -98,6 +98,7 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
     job_dir.mkdir(parents=True, exist_ok=True)
     for stale in (RESULT_FILE, RUN_ID_FILE):
         (job_dir / stale).unlink(missing_ok=True)
+    remove_orphaned_temps(job_dir)  # a resumed job dir: those of an earlier, killed job
     extra = {PARENT_RUN_ENV: parent_run_id} if parent_run_id else {}
     ports = plan_ports(cfg, os.environ)  # also checks the env / ssh cluster description
     check_partition_root(cfg)
@@ -150,6 +151,8 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
         error = f"launcher: {type(err).__name__}: {first}"
         raise
     finally:
+        for tmp in remove_orphaned_temps(job_dir):  # children are stopped: a killed writer's
+            log.info("removed %s, left by a process killed while writing it", tmp)
         finish_tracking(cfg, job_dir, status, error)
     return _read_result(job_dir, plan)
 

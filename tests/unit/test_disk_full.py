@@ -12,7 +12,7 @@ import torch
 
 from app.fsutil import DiskFullError, write_text_atomic
 from app.train.checkpoint import save_checkpoint
-from tests.conftest import small_disk
+from tests.conftest import REPO, small_disk
 
 ONE_LINE = r"no space left on device writing {} \(\d+ MiB free\): free some space"
 
@@ -63,3 +63,28 @@ def test_mlflow_store_on_a_full_disk_is_one_line_naming_it(tmp_path, compose, ca
     db = re.escape(str(disk / "mlflow.db"))
     assert re.match(ONE_LINE.format(f"the MLflow store {db}"), str(err.value)), str(err.value)
     assert "Traceback" not in capfd.readouterr().err  # MLflow's own logged traceback too
+
+
+def test_a_killed_writers_temp_file_is_removed_and_no_other(tmp_path):
+    """Chaos trial: a trainer SIGKILLed inside torch_save_atomic left checkpoints/.last.pt.*.tmp
+    behind the ended job. The launcher removes temp files whose writer (this host) is gone,
+    never those of a live writer or of another host sharing the folder."""
+    import subprocess
+    import sys
+
+    from app.fsutil import _temp_beside, remove_orphaned_temps
+
+    ckpt = tmp_path / "checkpoints"
+    ckpt.mkdir()
+    code = (
+        "import os, sys, signal; from pathlib import Path; from app.fsutil import _temp_beside; "
+        "_temp_beside(Path(sys.argv[1])); os.kill(os.getpid(), signal.SIGKILL)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(ckpt / "last.pt")], cwd=REPO)
+    assert proc.returncode == -9
+    (killed,) = ckpt.glob(".last.pt.*.tmp")
+    live = _temp_beside(ckpt / "last.pt")  # this process: alive
+    other = ckpt / ".last.pt.otherhost-1.abcdefgh.tmp"
+    other.touch()
+    assert remove_orphaned_temps(tmp_path) == [killed]
+    assert sorted(p.name for p in ckpt.iterdir()) == sorted([live.name, other.name])
