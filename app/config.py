@@ -158,6 +158,10 @@ class ClusterConfig:
     mode: str = "local"
     num_nodes: int = 1
     procs_per_node: int = 1  # trainer processes per node
+    # torch/numba/OMP threads of each trainer (0: the machine's cores split between the
+    # processes on it, which differs between local and env mode; a fixed count gives the
+    # same floating-point reductions, hence bit-identical metrics, in every mode)
+    threads_per_proc: int = 0
     master_addr: str = "127.0.0.1"  # every DDP/RPC listener binds to this address only
     # Accept a non-loopback master_addr: the DDP and RPC ports have no authentication, so
     # only on a private network every host of which is trusted (README, "Trust model").
@@ -370,7 +374,7 @@ def check_remote(addr: str, key: str, cluster: ClusterConfig) -> None:
 
 
 def _check_partition(cfg: Config) -> None:
-    """The memory budget and the streaming partitioner's limits (homogeneous, no relabel)."""
+    """The memory budget, the node order and the streaming partitioner's limits (homogeneous)."""
     p = cfg.partition
     budget = p.memory_budget_gb
     _require(budget is None or budget > 0, "partition.memory_budget_gb", budget, "must be > 0")
@@ -380,7 +384,8 @@ def _check_partition(cfg: Config) -> None:
         p.order == "original" or p.relabel,
         "partition.order",
         p.order,
-        "a locality order renumbers the nodes: set partition.relabel=true as well",
+        "a locality order renumbers the nodes: set partition.relabel=true as well, or "
+        "partition.order=original",
     )
     if p.method != "stream":
         return
@@ -389,12 +394,6 @@ def _check_partition(cfg: Config) -> None:
         "dataset.name",
         cfg.dataset.name,
         "partition.method=stream handles homogeneous graphs only; use partition=metis",
-    )
-    _require(
-        not p.relabel,
-        "partition.relabel",
-        p.relabel,
-        "not supported by partition.method=stream; set partition.relabel=false",
     )
 
 
@@ -487,6 +486,12 @@ def validate(cfg: Config) -> Config:
         )
     _check_sizes(cfg)
     _check_heartbeat(cfg.cluster)
+    _require(
+        cfg.cluster.threads_per_proc >= 0,
+        "cluster.threads_per_proc",
+        cfg.cluster.threads_per_proc,
+        "must be >= 0 (0: the cores split between the processes of a machine)",
+    )
     if cfg.cluster.mode == "local":
         check_remote(cfg.cluster.master_addr, "cluster.master_addr", cfg.cluster)
     if cfg.cluster.mode == "ssh":

@@ -2,13 +2,20 @@
 `pid_alive`, which tells whether the process that left a file behind still runs.
 
 Atomic: a reader sees the old file or the complete new one, never a half-written file, because
-the data goes to a unique temp file in the same directory and is renamed over the target.
+the data goes to a unique temp file in the same directory and is renamed over the target. A
+write that fails for want of space (ENOSPC / EDQUOT, or torch.save's errno-less "[enforce fail
+at inline_container.cc...]") becomes one line naming the file and the free space left
+(`DiskFullError`), and its temp file is removed.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import re
+import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Iterator
@@ -43,11 +50,66 @@ def file_lock(
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+# torch.save reports a failed write (disk full) without an errno, e.g.
+# "[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598".
+_WRITE_FAILED = ("inline_container.cc", "PytorchStreamWriter failed", "file write failed")
+
+
+class DiskFullError(OSError):
+    """A write failed for want of space: one line naming the file and the free space."""
+
+    def __init__(self, path: Path, what: str = "writing") -> None:
+        where = Path(path)
+        super().__init__(
+            errno.ENOSPC,
+            f"no space left on device {what} {where} ({free_mib(where):.0f} MiB free): free "
+            "some space, or set output_dir (or the path named) on a larger disk",
+        )
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def is_write_failure(err: BaseException) -> bool:
+    """ENOSPC / EDQUOT / EFBIG, or torch.save's errno-less failure ("[enforce fail at ...")."""
+    if isinstance(err, OSError):
+        return err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+    return isinstance(err, RuntimeError) and any(s in str(err) for s in _WRITE_FAILED)
+
+
+def free_mib(where: Path) -> float:
+    """Free space (MiB) of the file system holding `where` (or its nearest existing parent)."""
+    path = Path(where).resolve()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return shutil.disk_usage(path).free / 2**20
+
+
+_HOST = socket.gethostname()
+
+
 def _temp_beside(path: Path) -> Path:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """A unique temp file next to `path`, named after this host and pid: a writer killed
+    mid-write leaves it, and `remove_orphaned_temps` knows whether its writer is gone."""
+    prefix = f".{path.name}.{_HOST}-{os.getpid()}."
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=".tmp")
     os.close(fd)
     os.chmod(tmp, 0o644)  # mkstemp makes it private; outputs are shared data
     return Path(tmp)
+
+
+def remove_orphaned_temps(folder: Path) -> list[Path]:
+    """Remove the atomic writers' temp files under `folder` whose writer, a process of this
+    host, is gone (a trainer SIGKILLed while writing a checkpoint); the paths removed. Temp
+    files of live processes, and of other hosts sharing the folder, are left alone."""
+    own = re.compile(rf"\.{re.escape(_HOST)}-(\d+)\.\w+\.tmp$")
+    removed = []
+    for tmp in Path(folder).rglob(".*.tmp"):
+        match = own.search(tmp.name)
+        if match and not pid_alive(int(match[1])):
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
+    return removed
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -58,6 +120,11 @@ def write_text_atomic(path: Path, text: str) -> None:
     try:
         tmp.write_text(text)
         os.replace(tmp, path)
+    except OSError as err:
+        if not is_write_failure(err):
+            raise
+        tmp.unlink(missing_ok=True)
+        raise DiskFullError(path) from None
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -72,6 +139,11 @@ def torch_save_atomic(obj: Any, path: Path) -> None:
     try:
         torch.save(obj, tmp)
         os.replace(tmp, path)
+    except (OSError, RuntimeError) as err:
+        if not is_write_failure(err):
+            raise
+        tmp.unlink(missing_ok=True)  # first: the free space shown is after this cleanup
+        raise DiskFullError(path) from None
     finally:
         tmp.unlink(missing_ok=True)
 

@@ -27,11 +27,15 @@ SYNTHETIC = ("synthetic_products", "synthetic_mag")
 def estimate_bytes(cfg: Config) -> int:
     """Peak memory of generating and partitioning `cfg`'s synthetic dataset (0: not synthetic).
 
-    OGB datasets have a fixed size on disk and are not estimated.
+    OGB datasets have a fixed size on disk and are not estimated. With `partition=stream` the
+    graph is never in memory: the peak is that of the chunked generation or of the streaming
+    partitioner, whichever is larger (`stream_estimate_bytes`).
     """
     d = cfg.dataset
     if d.name not in SYNTHETIC:
         return 0
+    if cfg.partition.method == "stream":
+        return stream_estimate_bytes(cfg)
     nodes, edges = float(d.num_nodes), float(d.num_nodes) * d.avg_degree
     if d.name == "synthetic_mag":
         nodes, edges = nodes * MAG_NODES_PER_PAPER, edges * MAG_EDGES_PER_CITATION
@@ -39,6 +43,21 @@ def estimate_bytes(cfg: Config) -> int:
     return int(
         BASE_BYTES + nodes * BYTES_PER_NODE + edges * BYTES_PER_EDGE + features * BYTES_PER_FEATURE
     )
+
+
+def stream_estimate_bytes(cfg: Config) -> int:
+    """`partition=stream`: the larger of the chunked generation's and the streaming
+    partitioner's estimated peaks (the generator writes source-sorted symmetric chunks, so
+    the partitioner reads neighbour lists without a spill)."""
+    from app.dataset.synthetic_stream import chunked_generation_gb
+    from app.partition.stream import stream_memory_gb
+
+    d, p = cfg.dataset, cfg.partition
+    edges = int(d.num_nodes * d.avg_degree)
+    stream = stream_memory_gb(
+        d.num_nodes, edges, p.num_parts, d.num_features, spill=False, relabel=p.relabel
+    )
+    return int(max(chunked_generation_gb(d.num_nodes, d.avg_degree), stream) * 2**30)
 
 
 def available_bytes() -> int:
@@ -56,7 +75,8 @@ def check_memory(cfg: Config, available: int | None = None) -> None:
         d = cfg.dataset
         raise ConfigError(
             f"dataset.num_nodes={d.num_nodes} (avg_degree={d.avg_degree}, "
-            f"num_features={d.num_features}): generating and partitioning needs about "
+            f"num_features={d.num_features}, partition.method={cfg.partition.method}): "
+            "generating and partitioning needs about "
             f"{need / 2**30:.1f} GiB but {have / 2**30:.1f} GiB is available; lower "
             "dataset.num_nodes or dataset.num_features, or run on a machine with more memory"
         )

@@ -7,6 +7,7 @@ run once): METIS (today's path: the graph in memory) vs the streaming partitione
 METIS runs there only when MemAvailable >= 14 GiB (it peaks at ~8 GiB), else it is skipped
 and said so. `--scaling` streams synthetic graphs of 1M, 2.45M and 10M nodes (same degree)
 under the budget, for the memory / time fit (`--scaling 1000000 2449029` picks sizes).
+`--estimates` compares measured peaks with the memory models' estimates (250k, 500k, 1M nodes).
 The graph is generated once and saved (as graph.pt for METIS / random, as the chunked format
 for stream: the same graph); every step (each generation, each configuration) runs in a fresh
 subprocess of this small parent, so each peak RSS is that step's own (ru_maxrss would include
@@ -53,6 +54,7 @@ SCALES = {
 BUDGET_GB = 2.0  # the streaming partitioner's partition.memory_budget_gb
 METIS_MIN_FREE_GB = 14.0  # products-scale METIS peaks at ~8 GiB; leave room for others
 SCALING_NODES = [1_000_000, 2_449_029, 10_000_000]
+ESTIMATE_NODES = [250_000, 500_000, 1_000_000]
 
 
 def build_graph(num_nodes: int, avg_degree: float, path: Path) -> dict[str, int]:
@@ -80,14 +82,15 @@ def run_one(graph: Path, method: str, num_parts: int, root: Path) -> dict[str, f
     """Partition the saved graph (in this process) and return its stats."""
     from app.partition.reader import load_partition
 
-    if method == "stream":
+    if method.startswith("stream"):
         from app.dataset.chunked import ChunkedGraph
         from app.partition.stream import stream_partition
 
+        locality = method == "stream-locality"  # relabel + partition.order=locality
         meta = stream_partition(
             ChunkedGraph(graph), root, num_parts, params={"method": method},
             fingerprint="bench", dataset_fingerprint="bench", memory_budget_gb=BUDGET_GB,
-            overwrite=True,
+            overwrite=True, relabel=locality, order="locality" if locality else "original",
         )  # fmt: skip
     else:
         from torch_geometric.data import Data
@@ -99,6 +102,7 @@ def run_one(graph: Path, method: str, num_parts: int, root: Path) -> dict[str, f
             data, root, num_parts, method=method, fingerprint="bench", overwrite=True
         )
     out = {k: meta.stats[k] for k in ("time_s", "peak_rss_gb", "edge_cut_frac")}
+    out["estimated_peak_gb"] = meta.stats.get("estimated_peak_gb", 0.0)
     for key in ("train", "edges"):  # max part / mean part: 1.0 is perfect balance
         values = [r[key] for r in meta.stats["parts"]]
         out[f"{key}_imbalance"] = max(values) * len(values) / sum(values)
@@ -183,6 +187,26 @@ def scaling(sizes: list[int], avg_degree: float) -> None:
         record(BENCH, f"{name}_stream_p{num_parts}_edge_cut", 100 * r["edge_cut_frac"], "%")
 
 
+def estimates(sizes: list[int], avg_degree: float, num_parts: int = 2) -> None:
+    """Measured peak RSS (VmHWM of a fresh process) against the memory models' estimates:
+    chunked generation (`chunked_generation_gb`) and the streaming partitioner without and
+    with relabel + locality order (`stream_memory_gb`), at each size."""
+    from app.dataset.synthetic_stream import chunked_generation_gb
+
+    for n in sizes:
+        with tempfile.TemporaryDirectory(prefix="bench-partition-", dir="outputs") as tmp:
+            gen = measure_generation(n, avg_degree, Path(tmp) / "g")
+            want = chunked_generation_gb(n, avg_degree)
+            rows = [("gen_chunked", gen["peak_rss_gb"], want)]
+            for method in ("stream", "stream-locality"):
+                r = measure(Path(tmp) / "g", method, num_parts, Path(tmp))
+                rows.append((f"{method}_p{num_parts}", r["peak_rss_gb"], r["estimated_peak_gb"]))
+        for what, measured, estimated in rows:
+            name = f"estimate_{n}_{what}"
+            record(BENCH, f"{name}_peak_rss", measured, "GiB")
+            record(BENCH, f"{name}_estimate", estimated, "GiB", "measured", estimated / measured)
+
+
 def record_config(scale: str, method: str, parts: int, r: dict[str, float]) -> None:
     name = f"{scale}_{method}_p{parts}"
     ref = PYG_REFERENCE if (scale, method, parts) == ("200k", "metis", 2) else None
@@ -213,6 +237,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--products", action="store_true", help="ogbn-products scale (heavy)")
     parser.add_argument("--scaling", nargs="*", type=int, help="stream at these node counts")
+    parser.add_argument("--estimates", nargs="*", type=int, help="peak vs estimate at sizes")
     parser.add_argument("--one", nargs=4, metavar=("GRAPH", "METHOD", "PARTS", "ROOT"))
     parser.add_argument("--gen-chunked", nargs=3, metavar=("NODES", "DEGREE", "ROOT"))
     parser.add_argument("--build", nargs=3, metavar=("NODES", "DEGREE", "PATH"))
@@ -228,6 +253,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.gen_chunked:
         nodes, degree, root = args.gen_chunked
         print(json.dumps(generate_chunked(int(nodes), float(degree), Path(root))))
+        return
+    if args.estimates is not None:
+        estimates(args.estimates or ESTIMATE_NODES, SCALES["products"]["avg_degree"])
         return
     if args.scaling is not None:
         scaling(args.scaling or SCALING_NODES, SCALES["products"]["avg_degree"])

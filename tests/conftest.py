@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -37,6 +39,94 @@ def default_sigint() -> None:
 # A job that printed nothing for this long is stuck, whatever `timeout` a test gave: start-up
 # (importing torch) is silent, and takes a minute or more on a 2-core machine at load 10.
 SILENCE_FLOOR_S = 180.0
+
+
+STALL_S = 90.0  # a job whose processes used no CPU for this long is hung, not slow
+WAIT_CAP_S = 900.0  # a last bound, for a job that spins without getting anywhere
+
+
+def _tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) used so far by process `pid` and its live descendants."""
+    import psutil
+
+    try:
+        procs = [psutil.Process(pid)]
+        procs += procs[0].children(recursive=True)
+    except psutil.NoSuchProcess:
+        return 0.0
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def wait_for_job(
+    cond, proc, what: str, describe=None, stall_s: float = STALL_S, poll_s: float = 0.02
+) -> None:
+    """Wait until `cond()` holds while job `proc` (a Popen) makes progress.
+
+    Not a wall-clock guess: on a loaded 2-core host a job's start-up takes anywhere from 10 s
+    to minutes. It fails when the job ends first, or when its processes used no CPU for
+    `stall_s` (hung), or after WAIT_CAP_S in all; `what` names the awaited event, and
+    `describe()` (e.g. killing the job and reading its stderr) is appended to the failure.
+    """
+    import time
+
+    def fail(why: str) -> None:
+        pytest.fail(f"{what}: {why}" + (f": {describe()}" if describe else ""))
+
+    start = last_change = checked = time.monotonic()
+    last_cpu = -1.0
+    while not cond():  # every poll_s: a short-lived state (a mid-epoch checkpoint) is seen
+        now = time.monotonic()
+        if proc.poll() is not None:
+            fail(f"the job ended first (exit {proc.returncode})")
+        if now - checked >= 1.0:  # the process tree's CPU time: once a second (psutil is slow)
+            checked, cpu = now, _tree_cpu_s(proc.pid)
+            if abs(cpu - last_cpu) > 0.05:
+                last_cpu, last_change = cpu, now
+            elif now - last_change > stall_s:
+                fail(f"the job used no CPU for {stall_s:.0f} s (hung)")
+        if now - start > WAIT_CAP_S:
+            fail(f"not after {WAIT_CAP_S:.0f} s although the job kept running")
+        time.sleep(poll_s)
+
+
+def stop_and_tell(proc) -> str:
+    """Kill job `proc` (a Popen) and every process it started; the tail of its output."""
+    import psutil
+
+    try:
+        kids = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        kids = []
+    for p in [*kids, proc]:
+        try:
+            p.kill()
+        except (psutil.NoSuchProcess, ProcessLookupError):
+            pass
+    out, err = proc.communicate(timeout=30)
+    return str(err if err is not None else out)[-2000:]
+
+
+@contextmanager
+def small_disk(path: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of `size` (mount's syntax: 200k, 2m) mounted at `path` for the block, unmounted
+    after; the test is skipped where mounting is not permitted (not root)."""
+    import subprocess
+
+    path.mkdir(parents=True, exist_ok=True)
+    mount = ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)]
+    if subprocess.run(mount, capture_output=True).returncode != 0:
+        pytest.skip("needs permission to mount a small tmpfs")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 def run_app(*args: str, timeout: float = 60, env: dict | None = None, cwd: Path = REPO):

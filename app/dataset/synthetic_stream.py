@@ -49,6 +49,23 @@ from app.dataset.synthetic import (
 log = logging.getLogger(__name__)
 
 BUCKET_KEYS = 1 << 23  # target keys per bucket (64 MiB of int64; ~2x that while deduplicating)
+# Peak RSS model of `generate_products_chunked` (average degree 25, 100 features), fitted to
+# peaks measured in fresh processes (`python -m bench.partition --estimates`, and the README's
+# 2.45M-node point): 250k nodes 0.90 GiB, 500k 1.06, 1M 1.22, 2.45M 1.45. The interpreter and a
+# feature chunk; one bucket being deduplicated (~40 B per key, up to BUCKET_KEYS keys); the
+# O(N) node arrays; the trim step's index, 8 bytes per undirected edge.
+GEN_BASE_GB = 0.75
+GEN_BYTES_PER_BUCKET_KEY = 40
+GEN_BYTES_PER_NODE = 70
+GEN_BYTES_PER_PAIR = 8
+
+
+def chunked_generation_gb(num_nodes: int, avg_degree: float) -> float:
+    """Estimated peak (GiB) of generating `synthetic_products` straight into chunks."""
+    pairs = num_nodes * avg_degree / 2
+    bucket = GEN_BYTES_PER_BUCKET_KEY * min(pairs, BUCKET_KEYS)
+    nodes = GEN_BYTES_PER_NODE * num_nodes
+    return GEN_BASE_GB + (bucket + nodes + GEN_BYTES_PER_PAIR * pairs) / 2**30
 
 
 def _dedup_round(buckets: Buckets) -> list[int]:

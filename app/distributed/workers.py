@@ -2,7 +2,7 @@
 
 One main, two starters. `run_sampler` is the sampler process: load the node's partition
 (memory-mapped), join RPC, answer requests (the endpoints in `server`) until its trainer says
-stop (or is gone, or SIGTERM), leave RPC, exit. The launcher starts it as a process of the job
+stop (or is gone, or SIGTERM / SIGINT: then at once), leave RPC, exit. The launcher starts it as a process of the job
 (`app.launch.worker` → `serve`); a hand-launched PyG-style script's loader starts its own
 (`join`: forked, as PyG's loader's workers are), and stops them when the last loader
 using them is closed, garbage-collected, or the interpreter exits (atexit) — never an orphan:
@@ -74,7 +74,8 @@ def run_sampler(
         failed.set()
         stop.set()
 
-    signal.signal(signal.SIGTERM, _on_term)
+    for sig in (signal.SIGTERM, signal.SIGINT):  # SIGINT means what SIGTERM means: stop now
+        signal.signal(sig, _on_term)
     rpc.init_rpc(ctx, master_addr, rpc_port, timeout_s=rpc_timeout_s, init_timeout_s=init_timeout_s)
     trainer = worker_name("trainer", ctx.partition_idx, ctx.local_rank)
     try:
@@ -117,7 +118,9 @@ def _spawned_main(ctx: DistContext, *args: Any) -> None:
     from app.tracking.logging import setup_logging
 
     setup_logging(ctx.worker_name)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the trainer, which stops us
+    # Out of the terminal's process group: Ctrl-C reaches the trainer, which stops us
+    # gracefully; a SIGINT sent to this process itself stops it at once, as SIGTERM does.
+    os.setpgid(0, 0)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the script's handler (a fork has it)
     code = 1
     try:

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from app.config import Config, ConfigError, heartbeat_timeout_s, save_config
-from app.fsutil import file_lock
+from app.fsutil import file_lock, remove_orphaned_temps
 from app.jit.warm import ensure_warm
 from app.launch.orphans import (
     PID_FILE,
@@ -100,6 +100,7 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
     job_dir.mkdir(parents=True, exist_ok=True)
     for stale in (RESULT_FILE, RUN_ID_FILE):
         (job_dir / stale).unlink(missing_ok=True)
+    remove_orphaned_temps(job_dir)  # a resumed job dir: those of an earlier, killed job
     extra = {PARENT_RUN_ENV: parent_run_id} if parent_run_id else {}
     ports = plan_ports(cfg, os.environ)  # also checks the env / ssh cluster description
     check_partition_root(cfg)
@@ -160,6 +161,8 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
     finally:
         if peers is not None:
             peers.close()
+        for tmp in remove_orphaned_temps(job_dir):  # children are stopped: a killed writer's
+            log.info("removed %s, left by a process killed while writing it", tmp)
         finish_tracking(cfg, job_dir, status, error)
     return _read_result(job_dir, plan)
 
@@ -211,9 +214,10 @@ def _close_tracking(cfg: Config, job_dir: Path, status: str, error: str | None =
         return True
     from mlflow.tracking import MlflowClient
 
-    from app.tracking.mlflow import check_store
+    from app.tracking.mlflow import check_store, quiet_mlflow, store_full
     from app.tracking.redact import redact_text, redacted_copy
 
+    quiet_mlflow()
     run_id = run_file.read_text().strip()
     try:
         check_store(cfg.tracking_uri)  # fails at once where MLflow would retry for ~100 s
@@ -231,6 +235,7 @@ def _close_tracking(cfg: Config, job_dir: Path, status: str, error: str | None =
             client.set_terminated(run_id, status=status)
         return True
     except Exception as err:  # tracking must never hide the job's own outcome
+        err = store_full(err, cfg.tracking_uri) or err
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         log.warning(
             "could not end MLflow run %s (%s): %s; %s stays, so the next job ends it",

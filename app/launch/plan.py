@@ -396,10 +396,12 @@ def plan_job(
     extra = dict(extra_env or {})
     per_node = cfg.cluster.procs_per_node * (1 + cfg.loader.num_workers)
     n = cfg.cluster.num_nodes
+    fixed = cfg.cluster.threads_per_proc
     if cfg.cluster.mode == "env":
         ec = read_env_cluster(cfg, env)
         nodes = [(ec.node_rank, socket.gethostname())]
-        procs = _specs(cfg, nodes, ports, paths, cores // per_node, python, ec.master_addr, extra)
+        threads = fixed or cores // per_node
+        procs = _specs(cfg, nodes, ports, paths, threads, python, ec.master_addr, extra)
         return EnvPlan(procs, ports, ec.node_rank, ec.source)
     if cfg.cluster.mode == "ssh":
         hosts = tuple(h for h, _ in read_ip_config(cfg.cluster.ip_config or "", n))
@@ -410,7 +412,7 @@ def plan_job(
             nodes,
             ports,
             paths,
-            cores // per_node,
+            fixed or cores // per_node,
             cfg.cluster.python,
             hosts[0],
             extra,
@@ -418,5 +420,6 @@ def plan_job(
         )
         return SshPlan(procs, ports, hosts)
     nodes = [(i, LOCALHOST) for i in range(n)]
-    procs = _specs(cfg, nodes, ports, paths, cores // (per_node * n), python, LOCALHOST, extra)
+    threads = fixed or cores // (per_node * n)
+    procs = _specs(cfg, nodes, ports, paths, threads, python, LOCALHOST, extra)
     return LocalPlan(procs, ports)

@@ -8,19 +8,15 @@ deep inside a child, or not at all: corrupt features train to `loss=nan` and "su
 from __future__ import annotations
 
 import errno
-import shutil
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from app.config import Config, ConfigError
+from app.fsutil import free_mib, is_write_failure
 from app.launch.plan import EnvPlan, LocalPlan, Ports, ProcessPlan
 from app.partition.reader import META_FILE, PartitionError, read_meta, verify_partition
-
-# torch.save reports a failed write (disk full) without an errno, e.g.
-# "[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598".
-_WRITE_FAILED = ("inline_container.cc", "PytorchStreamWriter failed", "file write failed")
 
 
 def expected_partition(cfg: Config) -> tuple[Path, str]:
@@ -65,20 +61,6 @@ def verify_for_job(cfg: Config, root: Path) -> None:
     verify_partition(root, cfg.cluster.num_nodes)
 
 
-def is_write_failure(err: BaseException) -> bool:
-    """ENOSPC / EDQUOT, or torch.save's errno-less failure ("[enforce fail at inline_container")."""
-    if isinstance(err, OSError):
-        return err.errno in (errno.ENOSPC, errno.EDQUOT)
-    return isinstance(err, RuntimeError) and any(s in str(err) for s in _WRITE_FAILED)
-
-
-def _free_mib(where: Path) -> float:
-    path = Path(where).resolve()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return shutil.disk_usage(path).free / 2**20
-
-
 @contextmanager
 def disk_full_as_one_line(where: Path) -> Iterator[None]:
     """Turn "no space left" while writing under `where` into one line naming the path.
@@ -93,7 +75,7 @@ def disk_full_as_one_line(where: Path) -> Iterator[None]:
             raise
         raise OSError(
             errno.ENOSPC,
-            f"no space left on device writing under {where} ({_free_mib(where):.0f} MiB free "
+            f"no space left on device writing under {where} ({free_mib(where):.0f} MiB free "
             "after cleanup): free some space, or set output_dir / partition.root on a larger disk",
         ) from None
 

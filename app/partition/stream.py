@@ -24,7 +24,13 @@ from the chunked graph (`app.dataset.chunked`) in passes:
    tmp folder + atomic rename. Part i is assembled from one pass over the edge chunks keeping
    the edges it owns, so no process ever holds more than one part's edges.
 
-Homogeneous graphs (node time supported), no relabelling (validated in `app.config`).
+With `relabel`, nodes are renumbered as `writer.partition_graph` numbers them (part p owns new
+ids [node_bounds[p], node_bounds[p+1]), in original order or, with `order="locality"`, community
+by community): the communities come from `app.partition.order`'s label propagation run along
+the streamed neighbour lists instead of an in-memory adjacency (each node visited in id order,
+not a seeded random order, so the communities differ from the in-memory writer's), O(N) memory.
+
+Homogeneous graphs (node time supported; validated in `app.config`).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ import time
 import zipfile
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +54,7 @@ import torch
 from tqdm import tqdm
 
 from app.dataset.chunked import CHUNK_EDGES, CHUNK_NODES, Buckets, ChunkedGraph
+from app.partition.order import MAX_SIZE, SWEEPS
 from app.partition.reader import (
     FORMAT_VERSION,
     META_FILE,
@@ -60,6 +68,7 @@ from app.partition.writer import (
     SPLITS,
     PartitionMeta,
     _install,
+    _relabel,
     _Writer,
     find_existing,
     format_stats,
@@ -96,19 +105,27 @@ def own_peak_rss_gb() -> float:
 
 
 def stream_memory_gb(
-    num_nodes: int, num_edges: int, num_parts: int, num_features: int, spill: bool = True
+    num_nodes: int,
+    num_edges: int,
+    num_parts: int,
+    num_features: int,
+    spill: bool = True,
+    relabel: bool = False,
 ) -> float:
     """Estimated peak of `stream_partition` (GiB): O(N) arrays + one part's edges and rows.
 
     ~64 B per node (maps, weights, degrees, labels, masks, CSC pointer), ~64 B per edge of the
     largest part (row/col/edge id, sort order, sorted copies), its feature rows, the pages of
     one chunk of each stream (edge_map.pt is written block by block: `save_streamed`), and the
-    interpreter with torch, numba and pymetis loaded (BASELINE_GB).
+    interpreter with torch, numba and pymetis loaded (BASELINE_GB). `relabel` adds the id maps
+    and their sort temporaries (~48 B per node; the locality labels are freed before) and a
+    second copy of a part's rows (gathered in original order, stored in the new one).
     """
     part_edges = num_edges / num_parts * (1 + IMBALANCE)
     part_rows = num_nodes / num_parts * (1 + IMBALANCE)
-    rows = part_rows + min(num_nodes, CHUNK_NODES)
-    total = 64 * num_nodes + 64 * part_edges + 4 * num_features * rows + 8 * CHUNK_EDGES
+    rows = (2 if relabel else 1) * part_rows + min(num_nodes, CHUNK_NODES)
+    per_node = 64 + (48 if relabel else 0)
+    total = per_node * num_nodes + 64 * part_edges + 4 * num_features * rows + 8 * CHUNK_EDGES
     if spill:  # neighbour lists regrouped: one sorted bucket of keys and its quotients
         total += 3 * 8 * min(SPILL_KEYS, 2 * num_edges)
     return BASELINE_GB + total / GIB
@@ -301,20 +318,18 @@ def multilevel_start(
 
 def stream_assign(
     graph: ChunkedGraph,
+    spill: Buckets | None,
     num_parts: int,
     refine_passes: int,
     balance_train: bool,
     balance_edges: bool,
-    tmp: Path,
     seed: int = 0,
     memory_budget_gb: float | None = None,
 ) -> np.ndarray:
     """int64 [N] part of every node: METIS on a clustered graph (else one LDG pass), then
-    `refine_passes` restreaming passes."""
+    `refine_passes` restreaming passes (`spill`: the regrouped neighbour lists, or None)."""
     weight = vertex_weight(graph, balance_train, balance_edges)
     cap = (1 + IMBALANCE) * weight.sum() / num_parts
-    grouped = graph.sorted_by_src and graph.symmetric
-    spill = None if grouped else spill_neighbours(graph, tmp / "spill")
     part = None
     if num_parts > 1:
         part = multilevel_start(graph, spill, weight, num_parts, seed, memory_budget_gb)
@@ -327,9 +342,70 @@ def stream_assign(
         for src, dst in neighbour_runs(graph, spill):
             _place_runs(src, dst, part, load, weight, cap, counts)
         _place_isolated(part, load, weight)
-    if spill is not None:
-        shutil.rmtree(spill.folder, ignore_errors=True)
     return part
+
+
+@numba.njit(cache=True)
+def _community_runs(src, dst, part, label, size, max_size, count):
+    """`app.partition.order`'s label propagation over source-grouped runs: each node takes the
+    label most of its same-part neighbours carry, if that community has fewer than `max_size`
+    nodes (a tie keeps its label; `count`: zeroed scratch)."""
+    i = 0
+    while i < src.size:
+        v = src[i]
+        p = part[v]
+        j = i
+        while j < src.size and src[j] == v:
+            if part[dst[j]] == p:
+                count[label[dst[j]]] += 1
+            j += 1
+        own = label[v]
+        best, best_count = own, count[own]
+        for k in range(i, j):
+            if part[dst[k]] == p:
+                c = label[dst[k]]
+                if count[c] > best_count and size[c] < max_size:
+                    best, best_count = c, count[c]
+        for k in range(i, j):
+            count[label[dst[k]]] = 0
+        if best != own:
+            size[own] -= 1
+            size[best] += 1
+            label[v] = best
+        i = j
+
+
+def stream_locality(graph: ChunkedGraph, spill: Buckets | None, part: np.ndarray) -> np.ndarray:
+    """int64 [N] community of every node (`partition.order=locality`), from SWEEPS streamed
+    passes of label propagation along same-part edges, communities capped at MAX_SIZE nodes."""
+    n = graph.num_nodes
+    label = np.arange(n, dtype=np.int64)
+    size = np.ones(n, np.int64)
+    count = np.zeros(n, np.int64)
+    for _ in tqdm(range(SWEEPS), desc="stream: locality order", unit="pass", disable=None):
+        for src, dst in neighbour_runs(graph, spill):
+            _community_runs(src, dst, part, label, size, MAX_SIZE, count)
+    return label
+
+
+@dataclass
+class Relabel:
+    """`partition.relabel`: every node's new id and back, and the parts' new-id ranges."""
+
+    new_id: np.ndarray  # int64 [N]: original id -> new id
+    orig_id: np.ndarray  # int64 [N]: new id -> original id
+    bounds: list[int]  # part p owns new ids [bounds[p], bounds[p + 1])
+
+    @classmethod
+    def of(cls, part: np.ndarray, num_parts: int, key: np.ndarray | None) -> Relabel:
+        """The writer's numbering (`writer._relabel`): by part, then `key`, then original id."""
+        k = None if key is None else torch.from_numpy(key)
+        new_id, orig_id, bounds = _relabel(torch.from_numpy(part), num_parts, k)
+        return cls(new_id.numpy(), orig_id.numpy(), bounds)
+
+    def owned(self, p: int) -> np.ndarray:
+        """Original ids of part p's nodes, in new-id order."""
+        return self.orig_id[self.bounds[p] : self.bounds[p + 1]]
 
 
 # ---------------------------------------------------------------- writing
@@ -396,11 +472,15 @@ def _edge_map(graph: ChunkedGraph, part: np.ndarray, out: _Writer) -> int:
 
 
 def _owned_edges(
-    graph: ChunkedGraph, part: np.ndarray, p: int, node_time: np.ndarray | None
+    graph: ChunkedGraph,
+    part: np.ndarray,
+    p: int,
+    node_time: np.ndarray | None,
+    ids: Relabel | None,
 ) -> tuple[torch.Tensor, ...]:
     """(row, col, edge_id) int64 of the edges whose destination part p owns, CSC-ordered
     (by destination, ties by source time when the graph has one, then by edge id: the order
-    `writer.partition_graph` writes)."""
+    `writer.partition_graph` writes); row / col in new ids with `ids`."""
     rows, cols, eids = [], [], []
     for start, src, dst in graph.edge_chunks():
         keep = np.flatnonzero(part[dst] == p)
@@ -408,11 +488,25 @@ def _owned_edges(
         cols.append(dst[keep].astype(np.int64))
         eids.append(keep + start)
     row, col, eid = (torch.from_numpy(np.concatenate(a)) for a in (rows, cols, eids))
-    if node_time is not None:
+    if node_time is not None:  # by the time of the (original) source
         pre = torch.sort(torch.from_numpy(node_time[row.numpy()]), stable=True).indices
         row, col, eid = row[pre], col[pre], eid[pre]
+    if ids is not None:
+        new_id = torch.from_numpy(ids.new_id)
+        row, col = new_id[row], new_id[col]
     order = torch.sort(col, stable=True).indices
     return row[order], col[order], eid[order]
+
+
+def _owned_rows(graph: ChunkedGraph, name: str, orig: np.ndarray) -> np.ndarray:
+    """Rows `orig` of node array `name` in that order (`gather_rows` wants them sorted)."""
+    if orig.size < 2 or bool((orig[1:] >= orig[:-1]).all()):
+        return graph.gather_rows(name, orig)
+    order = np.argsort(orig, kind="stable")
+    rows = graph.gather_rows(name, orig[order])
+    out = np.empty_like(rows)
+    out[order] = rows
+    return out
 
 
 def _write_part(
@@ -422,10 +516,12 @@ def _write_part(
     node_data: dict[str, np.ndarray],
     p: int,
     out: _Writer,
+    ids: Relabel | None,
 ) -> dict[str, int]:
-    """Write part p's four files; return its stats row (the writer's keys)."""
+    """Write part p's four files; return its stats row (the writer's keys). `part`,
+    `node_data`: by original id; `node_map`: by written id (new ids with `ids`)."""
     n = graph.num_nodes
-    row, col, eid = _owned_edges(graph, part, p, node_data.get("time"))
+    row, col, eid = _owned_edges(graph, part, p, node_data.get("time"), ids)
     halo = halo_of(row, node_map, p)
     colptr = csc_pointer(col, n)
     out.save(
@@ -434,26 +530,31 @@ def _write_part(
     )
     num_edges = row.numel()
     del row, col, eid, colptr
-    owned = np.flatnonzero(part == p)
+    if ids is None:
+        orig = np.flatnonzero(part == p)
+        written = torch.from_numpy(orig)
+    else:
+        orig = ids.owned(p)
+        written = torch.arange(ids.bounds[p], ids.bounds[p + 1])
     feats = {}
     if "x" in graph.node_names:
-        feats["x"] = torch.from_numpy(graph.gather_rows("x", owned))
+        feats["x"] = torch.from_numpy(_owned_rows(graph, "x", orig))
     if "y" in node_data:
-        feats["y"] = torch.from_numpy(node_data["y"][owned])
-    ids = torch.from_numpy(owned)
-    nfeats = {"global_id": ids, "feats": feats}
-    if "time" in node_data:
-        nfeats["time"] = torch.from_numpy(node_data["time"])  # PyG's: every node's time
+        feats["y"] = torch.from_numpy(node_data["y"][orig])
+    nfeats = {"global_id": written, "feats": feats}
+    if "time" in node_data:  # PyG's: every node's time, by written id
+        node_time = node_data["time"]
+        nfeats["time"] = torch.from_numpy(node_time if ids is None else node_time[ids.orig_id])
     out.save(nfeats, f"part_{p}/node_feats.pt")
     out.save({}, f"part_{p}/edge_feats.pt")
     seeds = {}
     for split in SPLITS:
         mask = node_data.get(f"{split}_mask")
-        seeds[split] = ids[torch.from_numpy(mask[owned])] if mask is not None else ids[:0]
+        seeds[split] = written[torch.from_numpy(mask[orig])] if mask is not None else written[:0]
     out.save(seeds, f"part_{p}/seeds.pt")
     return {
         "part": p,
-        "nodes": len(owned),
+        "nodes": len(orig),
         "edges": num_edges,
         "train": seeds["train"].numel(),
         "halo": halo.numel(),
@@ -488,13 +589,19 @@ def stream_partition(
     memory_budget_gb: float | None = None,
     seed: int = 0,
     overwrite: bool = False,
+    relabel: bool = False,
+    order: str = "original",
 ) -> PartitionMeta:
     """Partition the chunked `graph` into `num_parts` parts under `root` (writer's layout).
 
     Args:
         params / fingerprint: the partition parameters and their fingerprint (META.json).
         memory_budget_gb: refuse up front when the estimated peak exceeds it.
+        relabel / order: as `writer.partition_graph`'s (contiguous new ids per part; with
+            "locality", numbered community by community).
     """
+    if order not in ("original", "locality") or (order == "locality" and not relabel):
+        raise ValueError(f"order={order!r}: 'original', or 'locality' with relabel=True")
     start = time.perf_counter()
     root = Path(root)
     existing = find_existing(root, fingerprint, overwrite)
@@ -505,7 +612,7 @@ def stream_partition(
     if not 1 <= num_parts <= max(n, 1):
         raise PartitionError(f"partition.num_parts={num_parts}: need 1 <= num_parts <= {n} nodes")
     spill = not (graph.sorted_by_src and graph.symmetric)
-    need = stream_memory_gb(n, num_edges, num_parts, graph.num_features, spill)
+    need = stream_memory_gb(n, num_edges, num_parts, graph.num_features, spill, relabel)
     if memory_budget_gb is not None and need > memory_budget_gb:
         raise PartitionError(
             f"partition.memory_budget_gb={memory_budget_gb}: streaming {n:,} nodes / "
@@ -520,21 +627,33 @@ def stream_partition(
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
+        spill_bk = spill_neighbours(graph, tmp / "spill") if spill else None
         part = stream_assign(
-            graph, num_parts, refine_passes, balance_train, balance_edges, tmp, seed,
+            graph, spill_bk, num_parts, refine_passes, balance_train, balance_edges, seed,
             memory_budget_gb,
         )  # fmt: skip
+        ids = None
+        if relabel:
+            key = stream_locality(graph, spill_bk, part) if order == "locality" else None
+            ids = Relabel.of(part, num_parts, key)
+            del key
+        if spill_bk is not None:
+            shutil.rmtree(spill_bk.folder, ignore_errors=True)
         out = _Writer(tmp)
-        node_map = torch.from_numpy(part)
+        if ids is not None:
+            out.save(torch.from_numpy(ids.orig_id), "orig_id.pt")
+            out.save(torch.from_numpy(ids.new_id), "new_id.pt")
+        node_map = torch.from_numpy(part if ids is None else part[ids.orig_id])
         out.save(node_map, "node_map.pt")
         cut = _edge_map(graph, part, out)
         names = ("y", "time", *(f"{s}_mask" for s in SPLITS))
         node_data = {k: graph.node_array(k) for k in names}
         node_data = {k: v for k, v in node_data.items() if v is not None}
         if "time" in node_data:  # temporal sampling reads the time of halo sources too
-            out.save(torch.from_numpy(node_data["time"]), "node_time.pt")
+            node_time = node_data["time"] if ids is None else node_data["time"][ids.orig_id]
+            out.save(torch.from_numpy(node_time), "node_time.pt")
         rows = [
-            _write_part(graph, part, node_map, node_data, p, out)
+            _write_part(graph, part, node_map, node_data, p, out, ids)
             for p in tqdm(range(num_parts), desc="writing parts", unit="part", disable=None)
         ]
         stats = {"edge_cut": cut, "edge_cut_frac": cut / max(num_edges, 1), "parts": rows}
@@ -548,7 +667,7 @@ def stream_partition(
             "edge_types": None,
             "node_offset": None,
             "is_sorted": True,
-            "node_bounds": None,
+            "node_bounds": None if ids is None else ids.bounds,
             "num_nodes": n,
             "num_edges": num_edges,
             "checksums": out.checksums,
@@ -558,7 +677,7 @@ def stream_partition(
             "dataset_fingerprint": dataset_fingerprint,
             "params": params,
             "method": "stream",
-            "relabel": False,
+            "relabel": relabel,
         }
         (tmp / META_FILE).write_text(json.dumps(meta, indent=1))
         _install(tmp, root)

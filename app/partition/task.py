@@ -152,6 +152,7 @@ def _stream(cfg: Config, data: Any, root: Path, fp: str, dataset_fp: str) -> Par
             dataset_fingerprint=dataset_fp, refine_passes=p.refine_passes,
             balance_train=p.balance_train, balance_edges=p.balance_edges,
             memory_budget_gb=p.memory_budget_gb, seed=cfg.seed, overwrite=p.overwrite,
+            relabel=p.relabel, order=p.order,
         )  # fmt: skip
     except ChunkedGraphError as err:  # bad input: one line (`partition error: ...`), rc 1
         raise PartitionError(str(err)) from None

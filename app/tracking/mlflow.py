@@ -27,6 +27,7 @@ What a person sees in the UI is shaped here, so every call site gets it:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -39,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from app.config import ConfigError
-from app.fsutil import file_lock, write_text_atomic
+from app.fsutil import DiskFullError, file_lock, is_write_failure, write_text_atomic
 from app.tracking import partition_stats, plots, store_template
 from app.tracking.naming import job_overrides
 from app.tracking.naming import run_name as default_run_name
@@ -153,6 +154,9 @@ def quiet_mlflow() -> None:
 
     for name in ("mlflow", "alembic", "sqlalchemy", "urllib3", "git"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    # logs every SQLAlchemy OperationalError with its full traceback (~150 lines for a full
+    # disk) before raising it again as an MlflowException: the raise is enough
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     warnings.filterwarnings("ignore", module=r"mlflow(\.|$)")
     warnings.filterwarnings("ignore", module=r"alembic(\.|$)")
 
@@ -175,6 +179,42 @@ def check_store(uri: str) -> None:
     where = db if db.exists() else next(p for p in db.parents if p.exists())
     if not os.access(where, os.W_OK):
         raise ConfigError(f"mlflow.tracking_uri={uri!r}: {where} is not writable")
+
+
+STORE_FULL = ("database or disk is full", "No space left on device")
+
+
+def store_full(err: BaseException, uri: str) -> DiskFullError | None:
+    """A full disk under the SQLite store `uri` as one `DiskFullError` line (None: `err` is
+    something else): SQLite says "database or disk is full" inside a multi-line MlflowException."""
+    db = sqlite_path(uri)
+    if db is None or not (is_write_failure(err) or any(s in str(err) for s in STORE_FULL)):
+        return None
+    return DiskFullError(db, "writing the MLflow store")
+
+
+class _StoreClient:
+    """An `MlflowClient` whose calls raise a full disk under the store as `DiskFullError`."""
+
+    def __init__(self, client: Any, uri: str) -> None:
+        self._client, self._uri = client, uri
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._client, name)
+        if not callable(method):
+            return method
+
+        @functools.wraps(method)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(*args, **kwargs)
+            except Exception as err:
+                full = store_full(err, self._uri)
+                if full is None:
+                    raise
+                raise full from None
+
+        return call
 
 
 class MlflowTracker(Tracker):
@@ -202,7 +242,7 @@ class MlflowTracker(Tracker):
             return self._experiment_id(None)
         with file_lock(db.with_name(db.name + ".lock"), LOCK_TIMEOUT_S, "a job creating the store"):
             migrate = not db.exists() and not store_template.restore(db)
-            self.client = MlflowClient(self.tracking_uri)
+            self.client = _StoreClient(MlflowClient(self.tracking_uri), self.tracking_uri)
             if migrate:
                 store_template.save(db)
             return self._experiment_id(db.parent / "artifacts")

@@ -33,7 +33,7 @@ import psutil
 import pytest
 import torch
 
-from tests.conftest import REPO, run_app
+from tests.conftest import REPO, run_app, stop_and_tell, wait_for_job
 
 pytestmark = pytest.mark.dist
 
@@ -175,14 +175,16 @@ def _start(shared: Path, tmp: Path, job: Path) -> subprocess.Popen:
 
 def _strike(launcher, job, victim, sig, moment, delay, seen) -> tuple[float | None, int | None]:
     """Wait for the victim (and, at `run`, the first epoch line), then `delay` s, then signal
-    it; (time of the signal, its pid)."""
-    deadline = time.monotonic() + 120
+    it; (time of the signal, its pid). The wait for the victim lasts as long as the job makes
+    progress (a loaded host slows start-up down, it does not bound it)."""
     pid = None
-    while pid is None or (moment == "run" and not _epochs_logged(job)):
-        if launcher.poll() is not None or time.monotonic() > deadline:
-            return None, None
+
+    def ready() -> bool:
+        nonlocal pid
         pid = launcher.pid if victim == "launcher" else _job_procs(launcher, seen).get(victim)
-        time.sleep(0.05)
+        return pid is not None and (moment != "run" or bool(_epochs_logged(job)))
+
+    wait_for_job(ready, launcher, f"{victim} never ready", lambda: stop_and_tell(launcher))
     end = time.monotonic() + delay
     while time.monotonic() < end and launcher.poll() is None:
         _job_procs(launcher, seen)

@@ -9,8 +9,11 @@ no shared-memory ring slot of the job is left in /dev/shm.
 from __future__ import annotations
 
 import json
+import re
+import signal
 import socket
 import time
+from datetime import datetime
 
 import pytest
 
@@ -53,6 +56,33 @@ def test_killed_partition_process_names_the_peer(tmp_path, homo_graph):
     pids = {str(p.pid) for p in job.procs.values()}
     left = [f.name for f in SHM_DIR.glob(f"{PREFIX}*") if f.name.split("-")[1] in pids]
     assert not left, f"shared-memory slot files left behind: {left}"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_sigint_to_a_sampler_process_stops_it_as_sigterm_does(tmp_path, homo_graph, sig):
+    """Issue 28 #7: SIGINT made a sampler log its interrupt and then serve on through a
+    graceful RPC shutdown that waits for every peer (here: the trainers' 60 s of sampling,
+    bounded by init_timeout_s); like SIGTERM it now leaves RPC at once."""
+    write_homo(tmp_path / "part", homo_graph["edge_index"], homo_graph["x"], homo_graph["y"], 2)
+    spec = write_spec(
+        tmp_path / "spec.json", root=str(tmp_path / "part"), graph="", num_parts=2, num_workers=1,
+        port=free_port(), dir=str(tmp_path), timeout=RPC_TIMEOUT_S, batch_size=8, check="check_fault",
+    )  # fmt: skip
+    with Job(spec, 2, 1) as job:
+        _wait_for([tmp_path / f"ready_trainer{p}-0" for p in range(2)], 90, job)
+        sampler = job.procs["sampler1-0-0"]
+        sent = datetime.now()
+        sampler.send_signal(sig)
+        code = sampler.wait(timeout=90)
+        codes = job.wait(3 * RPC_TIMEOUT_S + 20)
+    log = job.logs["sampler1-0-0"].read_text()
+    left = re.search(r"^(\S+ \S+) sampler1-0-0: served partition 1, exiting \(after a failure\)", log, re.M)
+    assert code == 1 and left, log[-2000:]
+    # until it left RPC (its own log line), not until the interpreter's teardown ended
+    took = (datetime.strptime(left[1], "%Y-%m-%d %H:%M:%S,%f") - sent).total_seconds()
+    assert took < 15, f"the sampler took {took:.0f} s to leave RPC after {sig.name}"
+    for p in range(2):  # its peers see it gone, as after SIGTERM or SIGKILL
+        assert codes[f"trainer{p}-0"] == 3, job.report()
 
 
 def _ctx(rank: int) -> DistContext:

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import REPO, default_sigint, run_app
+from tests.conftest import REPO, default_sigint, run_app, stop_and_tell, wait_for_job
 
 pytestmark = pytest.mark.dist
 
@@ -91,15 +91,17 @@ def test_layerwise_with_two_trainers_per_node_equals_full_fanout_sampling(shared
 
 
 def test_multirun_nests_jobs_under_one_parent(shared, tmp_path):
+    """Also the 2-job sweep of issue 28 #3 (`model.hidden_channels=32,64` crashed at its second
+    evaluation): 3 epochs, so each job evaluates more than once with its kept buffers."""
     sweep = tmp_path / "sweep"
     proc = run_app(
         "-m",
         *SMOKE,
         *_common(shared, tmp_path),
         f"hydra.sweep.dir={sweep}",
-        "train.epochs=1",
-        "train.lr=0.01,0.003",
-        timeout=180,
+        "train.epochs=3",
+        "model.hidden_channels=32,64",
+        timeout=600,
     )
     _ok(proc)
     from mlflow.tracking import MlflowClient
@@ -112,9 +114,9 @@ def test_multirun_nests_jobs_under_one_parent(shared, tmp_path):
     assert len(parents) == 1 and len(children) == 2
     assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parents[0].info.run_id}
     assert {r.info.status for r in runs} == {"FINISHED"}
-    assert {r.data.params["train.lr"] for r in children} == {"0.01", "0.003"}
+    assert {r.data.params["model.hidden_channels"] for r in children} == {"32", "64"}
     for n in (0, 1):
-        assert (sweep / str(n) / "result.json").exists()
+        assert json.loads((sweep / str(n) / "result.json").read_text())["epochs_done"] == 3
 
 
 def _descendants(pid: int) -> list[psutil.Process]:
@@ -175,12 +177,8 @@ def _start_long_job(shared: Path, tmp_path: Path, *extra: str) -> tuple[subproce
         text=True,
         preexec_fn=default_sigint,
     )
-    deadline = time.monotonic() + 90
-    while not (job / "mlflow_run_id").exists():  # rank 0 is past RPC init
-        if time.monotonic() > deadline or launcher.poll() is not None:
-            launcher.kill()
-            pytest.fail(f"job did not start: {launcher.communicate()}")
-        time.sleep(0.2)
+    started = (job / "mlflow_run_id").exists  # rank 0 is past RPC init
+    wait_for_job(started, launcher, "job did not start", lambda: stop_and_tell(launcher))
     return launcher, job
 
 

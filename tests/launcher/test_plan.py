@@ -73,6 +73,26 @@ def test_threads_per_process_at_least_one(compose, tmp_path):
     assert {p.env["MKL_NUM_THREADS"] for p in plan.procs} == {"1"}
 
 
+def test_fixed_thread_count_is_the_same_in_local_and_env_mode(compose, tmp_path):
+    """A 2-node job on one 2-core host: local mode splits the cores between both nodes (1
+    thread each), torchrun's env mode between one node's processes (2): their reductions
+    differ in the last bits (issue 28 #10). `cluster.threads_per_proc` fixes the count."""
+    two = ("cluster.num_nodes=2", "loader.num_workers=0", "cluster.allow_remote=true")
+    env = {**TORCHRUN_ENV, "MASTER_ADDR": "127.0.0.1"}
+
+    def threads(*extra: str) -> set[str]:
+        local = plan_job(compose(*two, *extra), tmp_path, tmp_path, PORTS, cores=2)
+        ecfg = compose(*two, "cluster.mode=env", *extra)
+        remote = plan_job(ecfg, tmp_path, tmp_path, environ=env, cores=2)
+        return {p.env["OMP_NUM_THREADS"] for p in (*local.procs, *remote.procs)}
+
+    assert threads() == {"1", "2"}  # the default: the cores of a machine, split
+    assert threads("cluster.threads_per_proc=1") == {"1"}
+    assert threads("cluster.threads_per_proc=3") == {"3"}
+    with pytest.raises(ConfigError, match="cluster.threads_per_proc"):
+        compose("cluster.threads_per_proc=-1")
+
+
 def test_local_ports_free_and_distinct(compose):
     cfg = compose("cluster.num_nodes=2")
     ports = plan_ports(cfg, {})

@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -22,7 +21,7 @@ import pytest
 import torch
 
 from app.launch.plan import free_ports
-from tests.conftest import REPO, run_app
+from tests.conftest import REPO, run_app, wait_for_job
 
 pytestmark = [pytest.mark.dist, pytest.mark.long]
 
@@ -35,6 +34,10 @@ JOB = (
     "loader.batch_size=32",
     "train.checkpoint_every_steps=1",
     "train.resume=auto",
+    # the same intra-op threads in the local reference and under torchrun (by default local
+    # mode splits the cores between both nodes, env mode between one node's processes: their
+    # float reductions, hence the losses, differed in the 8th digit)
+    "cluster.threads_per_proc=1",
 )
 KEYS = ("loss", "train_acc", "val_acc", "test_acc", "steps")
 
@@ -89,16 +92,22 @@ def _trainer(job: Path, node: str) -> psutil.Process | None:
     return None
 
 
-def _wait_mid_epoch_checkpoint(path: Path, epoch: int, agents, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and all(a.poll() is None for a in agents):
+def _wait_mid_epoch_checkpoint(path: Path, epoch: int, agents, logs: list[Path]) -> None:
+    """Until `path` holds a mid-epoch checkpoint of `epoch`, while both agents' jobs progress."""
+    what = f"no mid-epoch checkpoint of epoch {epoch} in {path}"
+
+    def tails() -> str:
+        return "\n".join(log.read_text()[-1500:] for log in logs)
+
+    def reached() -> bool:
+        if any(a.poll() is not None for a in agents[1:]):
+            pytest.fail(f"{what}: an agent ended first: {tails()}")
         try:
-            if torch.load(path, weights_only=True).get("position", {}).get("epoch") == epoch:
-                return
+            return torch.load(path, weights_only=True).get("position", {}).get("epoch") == epoch
         except (OSError, RuntimeError, EOFError):
-            pass
-        time.sleep(0.02)
-    pytest.fail(f"no mid-epoch checkpoint of epoch {epoch} in {path}")
+            return False
+
+    wait_for_job(reached, agents[0], what, tails)
 
 
 def test_a_node_killed_mid_epoch_is_restarted_and_the_job_heals(made, tmp_path):
@@ -112,7 +121,7 @@ def test_a_node_killed_mid_epoch_is_restarted_and_the_job_heals(made, tmp_path):
     logs = [tmp_path / "agent0.log", tmp_path / "agent1.log"]
     agents = [_agent(made, job, port, log) for log in logs]
     try:
-        _wait_mid_epoch_checkpoint(job / "checkpoints" / "last.pt", 1, agents, 240)
+        _wait_mid_epoch_checkpoint(job / "checkpoints" / "last.pt", 1, agents, logs)
         victim = _trainer(job, "1")
         assert victim is not None
         victim.send_signal(signal.SIGKILL)

@@ -28,7 +28,7 @@ from app.launch.plan import ProcSpec
 from app.launch.spawn import JobFailed, run_procs
 from app.partition.reader import PartitionError
 from app.runtime import Runtime
-from tests.conftest import REPO, run_app
+from tests.conftest import REPO, run_app, small_disk, stop_and_tell, wait_for_job
 
 SMOKE = ("+experiment=smoke", "cluster.num_nodes=2", "mlflow.enabled=false")
 
@@ -132,27 +132,11 @@ def test_log_pump_survives_a_full_disk_and_drains_the_pipe(tmp_path, capfd):
     assert "No space left on device" in capfd.readouterr().err
 
 
-def _mount_tmpfs(path: Path, size: str) -> bool:
-    path.mkdir()
-    ok = (
-        subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
-        ).returncode
-        == 0
-    )
-    return ok
-
-
 def test_disk_full_while_partitioning_is_one_line(made, tmp_path):
-    small = tmp_path / "small"
-    if not _mount_tmpfs(small, "200k"):
-        pytest.skip("needs permission to mount a small tmpfs")
-    try:
+    with small_disk(tmp_path / "small", "200k") as small:
         proc = run_app(
             "task=partition", *SMOKE, *_paths(made), f"partition.root={small / 'P'}", timeout=180
         )
-    finally:
-        subprocess.run(["umount", str(small)], check=False)
     assert proc.returncode == 1
     (line,) = proc.stderr.strip().splitlines()[-1:]
     assert "no space left on device" in line and str(small) in line
@@ -177,11 +161,8 @@ def test_sigterm_stops_the_job_with_143_and_no_traceback(made, tmp_path):
         text=True,
     )
     try:
-        deadline = time.monotonic() + 90
-        while not list((job / "logs").glob("trainer1-0.log")):
-            if time.monotonic() > deadline or launcher.poll() is not None:
-                pytest.fail(f"job did not start: {launcher.communicate(timeout=10)}")
-            time.sleep(0.2)
+        started = (job / "logs" / "trainer1-0.log").exists
+        wait_for_job(started, launcher, "job did not start", lambda: stop_and_tell(launcher))
         time.sleep(2.0)
         launcher.send_signal(signal.SIGTERM)
         out, err = launcher.communicate(timeout=60)
@@ -240,21 +221,22 @@ def test_a_beating_child_outlives_the_heartbeat_timeout(tmp_path):
 
 @contextmanager
 def training_launcher(
-    args: list[str], job: Path, wait_s: float = 120, ready: Callable[[], bool] = lambda: True
+    args: list[str], job: Path, ready: Callable[[], bool] = lambda: True
 ) -> Iterator[subprocess.Popen]:
-    """`python -m app ARGS` once its rank-0 trainer has logged an epoch (and `ready()` holds);
-    on the way out every process it started is killed."""
+    """`python -m app ARGS` once its rank-0 trainer has logged an epoch (and `ready()` holds),
+    waiting as long as the job makes progress; on the way out every process it started is
+    killed."""
     launcher = subprocess.Popen(
         [sys.executable, "-m", "app", *args], cwd=REPO, stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + wait_s
         log = job / "logs" / "trainer0-0.log"
-        while not ready() or "epoch" not in (log.read_text() if log.exists() else ""):
-            if time.monotonic() > deadline or launcher.poll() is not None:
-                pytest.fail(f"job did not train: {launcher.communicate(timeout=10)[1][-2000:]}")
-            time.sleep(0.2)
+
+        def trained() -> bool:
+            return ready() and "epoch" in (log.read_text() if log.exists() else "")
+
+        wait_for_job(trained, launcher, "job did not train", lambda: stop_and_tell(launcher))
         yield launcher
     finally:
         if launcher.poll() is None:
@@ -292,14 +274,20 @@ def test_a_stopped_sampler_ends_the_job_within_the_rpc_timeout(made, tmp_path):
         f"sampler.rpc_timeout_s={rpc_timeout}",
         "cluster.shutdown_timeout_s=3",
     ]
-    with training_launcher(args, job, wait_s=90) as launcher:
+    with training_launcher(args, job) as launcher:
         os.kill(_child_pid(launcher, "sampler", "1"), signal.SIGSTOP)
         stopped = time.monotonic()
-        _, err = launcher.communicate(timeout=rpc_timeout + 30)
+        _, err = launcher.communicate(timeout=rpc_timeout * 6)
         took = time.monotonic() - stopped
     assert launcher.returncode not in (0, None)
-    assert "sampler1-0-0 failed (no heartbeat for" in err, err[-2000:]
-    assert took < rpc_timeout + 15, took
+    named = re.search(r"sampler1-0-0 failed \(no heartbeat for ([\d.]+) s", err)
+    assert named, err[-2000:]
+    # The launcher's own clock: named after heartbeat_timeout_s = rpc_timeout / 2, before any
+    # RPC to the sampler timed out. The job's end then takes shutdown_timeout_s and the
+    # children's exits, which a loaded host stretches (26.7 s seen at load 21 on 2 cores),
+    # so the wall-clock bound is the old behaviour's: rpc_timeout x (hops + 2) = 40 s.
+    assert float(named[1]) < rpc_timeout, named[0]
+    assert took < rpc_timeout * 4, took
 
 
 def test_env_node_without_its_node_0_fails_within_the_init_timeout(made, tmp_path):
@@ -377,17 +365,15 @@ def test_two_node_job_killed_mid_epoch_resumes_to_the_same_metrics(made, tmp_pat
         stderr=subprocess.PIPE,
         text=True,
     )
+
+    def mid_epoch_1() -> bool:
+        try:
+            return torch.load(ckpt, weights_only=True).get("position", {}).get("epoch") == 1
+        except (OSError, RuntimeError, EOFError):
+            return False
+
     try:
-        deadline = time.monotonic() + 240
-        while True:
-            if launcher.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"no mid-epoch checkpoint of epoch 1: {launcher.stderr.read()[-2000:]}")
-            try:
-                if torch.load(ckpt, weights_only=True).get("position", {}).get("epoch") == 1:
-                    break
-            except (OSError, RuntimeError, EOFError):
-                pass
-            time.sleep(0.02)
+        wait_for_job(mid_epoch_1, launcher, "no mid-epoch checkpoint of epoch 1")
         _freeze_and_kill(launcher)
     finally:
         if launcher.poll() is None:
@@ -422,13 +408,12 @@ def test_a_sigkilled_launchers_run_is_ended_killed_by_the_next_job(made, tmp_pat
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+
+    def started() -> bool:
+        return bool(list((tmp_path / "out" / "runs").glob("*/mlflow_run_id")))
+
     try:
-        deadline = time.monotonic() + 120
-        while not list((tmp_path / "out" / "runs").glob("*/mlflow_run_id")):
-            if time.monotonic() > deadline or first.poll() is not None:
-                pytest.fail("the first job started no MLflow run")
-            time.sleep(0.2)
-        time.sleep(1.0)
+        wait_for_job(started, first, "the first job started no MLflow run")
         _freeze_and_kill(first)
     finally:
         if first.poll() is None:

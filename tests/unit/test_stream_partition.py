@@ -46,6 +46,59 @@ def test_spilled_input_keeps_invariants(tmp_path, num_parts):
     assert not list(tmp_path.glob("p.*")), "tmp or spill folders left behind"
 
 
+@pytest.mark.parametrize("order", ["original", "locality"])
+@pytest.mark.parametrize("spilled", [False, True])
+def test_relabelled_stream_partition_keeps_invariants(tmp_path, order, spilled):
+    """relabel (and the locality order) as the in-memory writer numbers them: part p owns
+    new ids [node_bounds[p], node_bounds[p+1]); graph, features, seeds, maps in new ids."""
+    if spilled:  # unsorted, directed, with node time
+        data = community_graph()
+        graph = ChunkedGraph(write_data(data, tmp_path / "g", chunk_edges=700))
+    else:  # source-sorted, symmetric: neighbour lists straight from the chunks
+        cfg = DatasetConfig(num_nodes=3000, avg_degree=8, num_features=4, num_classes=5)
+        graph = ChunkedGraph(generate_products_chunked(cfg, 0, tmp_path / "g"))
+        data = to_data(generate_products(cfg, 0))
+    meta = _stream(graph, tmp_path / "p", 3, relabel=True, order=order)
+    assert meta.relabel and read_meta(tmp_path / "p")["node_bounds"][-1] == data.num_nodes
+    parts = check_homo(data, tmp_path / "p", 3)
+    orig = torch.load(tmp_path / "p" / "orig_id.pt", weights_only=True)
+    new = torch.load(tmp_path / "p" / "new_id.pt", weights_only=True)
+    assert torch.equal(new[orig], torch.arange(data.num_nodes))
+    bounds = read_meta(tmp_path / "p")["node_bounds"]
+    for p, part in enumerate(parts):
+        assert torch.equal(part.node_feats["global_id"], torch.arange(bounds[p], bounds[p + 1]))
+    ranges = zip(bounds[:-1], bounds[1:], strict=True)
+    ids_in_order = all(bool((orig[lo:hi].diff() > 0).all()) for lo, hi in ranges)
+    assert ids_in_order == (order == "original")  # locality: community by community
+    if spilled:
+        g = parts[0].graph
+        assert torch.equal(parts[0].node_feats["time"], data.time[orig])
+        for v in torch.unique(g["col"])[:50]:  # CSC ties by source time, in new ids too
+            nbr = orig[g["row"][g["colptr"][v] : g["colptr"][v + 1]].long()]
+            assert bool((data.time[nbr][1:] >= data.time[nbr][:-1]).all())
+    assert not list(tmp_path.glob("p.*")), "tmp or spill folders left behind"
+
+
+def test_the_readmes_products_homo_stream_command_works(compose, tmp_path):
+    """`task=partition +experiment=products_homo partition=stream` (relabel + locality from
+    the experiment) composes and partitions (at 3,000 nodes)."""
+    import app.partition.task as task
+
+    cfg = compose(
+        "task=partition", "+experiment=products_homo", "partition=stream",
+        f"output_dir={tmp_path}", f"dataset.root={tmp_path / 'data'}",
+        "dataset.num_nodes=3000", "dataset.num_features=8",
+    )  # fmt: skip
+    assert cfg.partition.relabel and cfg.partition.order == "locality"
+    task.run_partition_task(cfg)
+    root = task.partition_root(cfg)
+    assert root.name.endswith("-stream-p2-relabel-locality")
+    meta = read_meta(root)
+    assert meta["method"] == "stream" and meta["relabel"] and len(meta["node_bounds"]) == 3
+    part = load_partition(root, 1, expected_num_parts=2)
+    assert part.node_feats["global_id"][0] == meta["node_bounds"][1]
+
+
 def test_generated_input_matches_metis_quality(tmp_path):
     """Source-sorted symmetric chunks (streamed directly); cut near METIS, far below random."""
     cfg = DatasetConfig(num_nodes=20_000, avg_degree=10, num_features=4, num_classes=5)
@@ -143,7 +196,10 @@ def test_task_streams_the_chunked_dataset_and_reuses_it(tmp_path):
     "overrides,match",
     [
         (["partition=stream", "dataset=synthetic_mag"], "dataset.name='synthetic_mag'"),
-        (["partition=stream", "partition.relabel=true"], "partition.relabel=True"),
+        (
+            ["partition=stream", "partition.relabel=false", "partition.order=locality"],
+            "partition.order='locality'.*relabel=true as well, or partition.order=original",
+        ),
         (["partition.memory_budget_gb=0"], "partition.memory_budget_gb=0"),
         (["partition=stream", "partition.refine_passes=-1"], "partition.refine_passes=-1"),
     ],

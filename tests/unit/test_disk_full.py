@@ -1,0 +1,90 @@
+"""A full disk under any of a job's writers is one line naming the file and the free space
+(issue 28 #8), on a real, small tmpfs: a checkpoint (torch.save's errno-less "[enforce fail at
+inline_container.cc...]" before), result.json and the other atomic text files, the MLflow
+SQLite store (~150 lines of SQLAlchemy before)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from app.fsutil import DiskFullError, write_text_atomic
+from app.train.checkpoint import save_checkpoint
+from tests.conftest import REPO, small_disk
+
+ONE_LINE = r"no space left on device writing {} \(\d+ MiB free\): free some space"
+
+
+def _fill(folder) -> None:
+    """Write a filler file until the file system is full."""
+    with open(folder / "filler", "wb") as fh:
+        try:
+            while True:
+                fh.write(b"x" * 65536)
+                fh.flush()
+        except OSError:
+            pass
+
+
+def test_checkpoint_on_a_full_disk_is_one_line_naming_it(tmp_path):
+    with small_disk(tmp_path / "disk", "1m") as disk:
+        path = disk / "checkpoints" / "last.pt"
+        state = {"model": {"w": torch.zeros(512, 1024)}}  # 2 MiB
+        with pytest.raises(DiskFullError) as err:
+            save_checkpoint(path, state, epoch=1)
+        left = sorted(p.name for p in path.parent.iterdir())
+    assert re.match(ONE_LINE.format(re.escape(str(path))), str(err.value)), str(err.value)
+    assert "\n" not in str(err.value) and "inline_container" not in str(err.value)
+    assert left == [], f"temp files left behind: {left}"
+
+
+def test_result_json_on_a_full_disk_is_one_line_naming_it(tmp_path):
+    with small_disk(tmp_path / "disk", "1m") as disk:
+        path = disk / "job" / "result.json"
+        with pytest.raises(DiskFullError) as err:
+            write_text_atomic(path, "0" * (2 << 20))
+        left = sorted(p.name for p in path.parent.iterdir())
+    assert re.match(ONE_LINE.format(re.escape(str(path))), str(err.value)), str(err.value)
+    assert left == [], f"temp files left behind: {left}"
+
+
+def test_mlflow_store_on_a_full_disk_is_one_line_naming_it(tmp_path, compose, capfd):
+    from app.tracking.mlflow import MlflowTracker
+
+    with small_disk(tmp_path / "disk", "3m") as disk:
+        tracker = MlflowTracker(f"sqlite:///{disk}/mlflow.db")
+        tracker.start(compose("+experiment=smoke"))
+        _fill(disk)
+        with pytest.raises(DiskFullError) as err:
+            for step in range(100):  # SQLite may still fit a few rows in its free pages
+                tracker.log_metrics({f"m{step}": float(step)}, step=step)
+    db = re.escape(str(disk / "mlflow.db"))
+    assert re.match(ONE_LINE.format(f"the MLflow store {db}"), str(err.value)), str(err.value)
+    assert "Traceback" not in capfd.readouterr().err  # MLflow's own logged traceback too
+
+
+def test_a_killed_writers_temp_file_is_removed_and_no_other(tmp_path):
+    """Chaos trial: a trainer SIGKILLed inside torch_save_atomic left checkpoints/.last.pt.*.tmp
+    behind the ended job. The launcher removes temp files whose writer (this host) is gone,
+    never those of a live writer or of another host sharing the folder."""
+    import subprocess
+    import sys
+
+    from app.fsutil import _temp_beside, remove_orphaned_temps
+
+    ckpt = tmp_path / "checkpoints"
+    ckpt.mkdir()
+    code = (
+        "import os, sys, signal; from pathlib import Path; from app.fsutil import _temp_beside; "
+        "_temp_beside(Path(sys.argv[1])); os.kill(os.getpid(), signal.SIGKILL)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(ckpt / "last.pt")], cwd=REPO)
+    assert proc.returncode == -9
+    (killed,) = ckpt.glob(".last.pt.*.tmp")
+    live = _temp_beside(ckpt / "last.pt")  # this process: alive
+    other = ckpt / ".last.pt.otherhost-1.abcdefgh.tmp"
+    other.touch()
+    assert remove_orphaned_temps(tmp_path) == [killed]
+    assert sorted(p.name for p in ckpt.iterdir()) == sorted([live.name, other.name])
