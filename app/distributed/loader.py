@@ -74,7 +74,13 @@ class _InSlot:
         return self.call.wait()
 
     def attach(self, data: Any) -> Any:
-        return self.ring.attach(data, self.slot)
+        try:
+            return self.ring.attach(data, self.slot)
+        except FileNotFoundError as err:  # it exited between its reply and this mapping
+            raise rpc.PeerError(
+                f"{self.call.peer} (partition {self.call.partition}) is gone: the shared memory "
+                f"of its last batch was removed ({err.filename})"
+            ) from None
 
 
 class _Channel:
