@@ -72,9 +72,11 @@ def _child(impl: str, rank: int, root: str, ports: str, out: str) -> None:
 
     if impl == "pyg":
         import torch_geometric.distributed as dist
+        from torch_geometric.distributed.partition import load_partition_info
     else:
         import app.distributed as dist
         from app.distributed import workers
+        from app.distributed.partition import load_partition_info
 
         if impl == "ours-spawn":
             workers.START_METHOD = "spawn"
@@ -83,7 +85,7 @@ def _child(impl: str, rank: int, root: str, ports: str, out: str) -> None:
     parts = os.path.join(root, "parts")
     graph = dist.LocalGraphStore.from_partition(parts, rank)
     feature = dist.LocalFeatureStore.from_partition(parts, rank)
-    meta, num_parts, idx, node_pb, edge_pb = dist.load_partition_info(parts, rank)
+    meta, num_parts, idx, node_pb, edge_pb = load_partition_info(parts, rank)
     graph.num_partitions = feature.num_partitions = num_parts
     graph.partition_idx = feature.partition_idx = idx
     graph.node_pb = feature.node_feat_pb = feature.feature_pb = node_pb
