@@ -72,7 +72,12 @@ def _child(impl: str, rank: int, root: str, ports: str, out: str) -> None:
 
     if impl == "pyg":
         import torch_geometric.distributed as dist
+        from torch_geometric.distributed import dist_neighbor_sampler
         from torch_geometric.distributed.partition import load_partition_info
+
+        # PyG 2.8.1's deprecation notice calls warnings.warn(stack_level=...): a TypeError
+        # that stops every DistNeighborLoader; drop the notice, nothing else
+        dist_neighbor_sampler.warn = lambda *args, **kwargs: None
     else:
         import app.distributed as dist
         from app.distributed import workers
