@@ -96,7 +96,7 @@ def _child(impl: str, rank: int, root: str, ports: str, out: str) -> None:
     graph.node_pb = feature.node_feat_pb = feature.feature_pb = node_pb
     graph.edge_pb = feature.edge_feat_pb = edge_pb
     graph.meta = feature.meta = meta
-    graph.labels = torch.load(os.path.join(root, "labels.pt"))
+    graph.labels = feature.labels = torch.load(os.path.join(root, "labels.pt"))  # PyG: feature
     train = torch.load(os.path.join(root, f"train{rank}.pt"))
     ctx = dist.DistContext(world_size=2, rank=rank, global_world_size=2, global_rank=rank,
                            group_name="cold-start")  # fmt: skip
