@@ -34,12 +34,17 @@ def _wait_for(paths, timeout: float, job: Job) -> None:
         time.sleep(0.1)
 
 
-def test_killed_partition_process_names_the_peer(tmp_path, homo_graph):
+def _fault_spec(tmp_path, homo_graph):
+    """A 2-partition job, one sampler process per trainer, running `check_fault`."""
     write_homo(tmp_path / "part", homo_graph["edge_index"], homo_graph["x"], homo_graph["y"], 2)
-    spec = write_spec(
+    return write_spec(
         tmp_path / "spec.json", root=str(tmp_path / "part"), graph="", num_parts=2, num_workers=1,
         port=free_port(), dir=str(tmp_path), timeout=RPC_TIMEOUT_S, batch_size=8, check="check_fault",
     )  # fmt: skip
+
+
+def test_killed_partition_process_names_the_peer(tmp_path, homo_graph):
+    spec = _fault_spec(tmp_path, homo_graph)
     with Job(spec, 2, 1) as job:
         _wait_for([tmp_path / f"ready_trainer{p}-0" for p in range(2)], 90, job)
         job.procs["sampler1-0-0"].kill()
@@ -63,11 +68,7 @@ def test_sigint_to_a_sampler_process_stops_it_as_sigterm_does(tmp_path, homo_gra
     """Issue 28 #7: SIGINT made a sampler log its interrupt and then serve on through a
     graceful RPC shutdown that waits for every peer (here: the trainers' 60 s of sampling,
     bounded by init_timeout_s); like SIGTERM it now leaves RPC at once."""
-    write_homo(tmp_path / "part", homo_graph["edge_index"], homo_graph["x"], homo_graph["y"], 2)
-    spec = write_spec(
-        tmp_path / "spec.json", root=str(tmp_path / "part"), graph="", num_parts=2, num_workers=1,
-        port=free_port(), dir=str(tmp_path), timeout=RPC_TIMEOUT_S, batch_size=8, check="check_fault",
-    )  # fmt: skip
+    spec = _fault_spec(tmp_path, homo_graph)
     with Job(spec, 2, 1) as job:
         _wait_for([tmp_path / f"ready_trainer{p}-0" for p in range(2)], 90, job)
         sampler = job.procs["sampler1-0-0"]
@@ -76,7 +77,9 @@ def test_sigint_to_a_sampler_process_stops_it_as_sigterm_does(tmp_path, homo_gra
         code = sampler.wait(timeout=90)
         codes = job.wait(3 * RPC_TIMEOUT_S + 20)
     log = job.logs["sampler1-0-0"].read_text()
-    left = re.search(r"^(\S+ \S+) sampler1-0-0: served partition 1, exiting \(after a failure\)", log, re.M)
+    left = re.search(
+        r"^(\S+ \S+) sampler1-0-0: served partition 1, exiting \(after a failure\)", log, re.M
+    )
     assert code == 1 and left, log[-2000:]
     # until it left RPC (its own log line), not until the interpreter's teardown ended
     took = (datetime.strptime(left[1], "%Y-%m-%d %H:%M:%S,%f") - sent).total_seconds()
