@@ -19,6 +19,7 @@ slower node is never mistaken for a lost one at the end of a job.
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -27,6 +28,8 @@ from typing import Any
 from app.netutil import bound_store, route_source
 
 STORE_OP_TIMEOUT_S = 2.0  # one store call; a launcher's exit waits for at most one
+# torch's client connect retries once after a delay: about 2 x (timeout + delay) in all
+CONNECT_BOUND_S = 5 * STORE_OP_TIMEOUT_S
 
 
 @dataclass
@@ -61,8 +64,11 @@ class PeerWatch:
         return self
 
     def _connect(self) -> Any:
+        """A client of node 0's store. A port that does not accept fails first, here, in
+        Python: torch's connect retries for seconds and prints a C++ backtrace per try."""
         from torch.distributed import TCPStore
 
+        socket.create_connection((self.master_addr, self.port), STORE_OP_TIMEOUT_S).close()
         return TCPStore(
             self.master_addr, self.port, self.num_nodes, False,
             timeout=_seconds(STORE_OP_TIMEOUT_S),
@@ -134,11 +140,11 @@ class PeerWatch:
         self.close()
 
     def close(self) -> None:
-        """Stop beating; wait for the beat thread to leave any store call (one blocked in C++
-        when the interpreter exits aborts the process), then drop the store."""
+        """Stop beating; wait for the beat thread to leave any store call (a thread still in
+        C++ when the interpreter exits aborts the process), then drop the store."""
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=2 * STORE_OP_TIMEOUT_S)
+            self._thread.join(timeout=CONNECT_BOUND_S)
         self._store = None
 
 

@@ -4,6 +4,8 @@ node that finished is never mistaken for a lost one."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 from app.launch.peers import PeerWatch
@@ -58,6 +60,27 @@ def test_node_0_gone_is_named_by_the_others():
     finally:
         w0.close()
         w1.close()
+
+
+def test_a_launcher_whose_node_0_never_served_exits_clean():
+    """Node 0's store never up (its machine gone before the job): node 1's watch gives up each
+    connect in Python, quickly and quietly, so the launcher's exit never finds the beat thread
+    inside torch's connect (an interpreter exit then aborts: SIGABRT, seen in CI) and its
+    console gets no C++ backtraces."""
+    (port,) = free_ports(1)
+    script = (
+        "import time; from app.launch.peers import PeerWatch\n"
+        f"w = PeerWatch(1, 2, {{0: '127.0.0.1'}}, {port}, 30.0, beat_s=0.2).start()\n"
+        "time.sleep(1.5); t = time.monotonic(); w.close()\n"
+        "print(round(time.monotonic() - t, 2), w._thread.is_alive())\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    took, alive = proc.stdout.split()
+    assert alive == "False" and float(took) < 1.0, proc.stdout
+    assert "c10d" not in proc.stderr, proc.stderr[-2000:]
 
 
 def test_a_finished_node_is_not_lost():
