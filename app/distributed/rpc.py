@@ -12,14 +12,16 @@ address only). Three rules keep it from ever hanging:
   a helper thread so even a stuck agent cannot block the caller past the deadline.
 
 PyG's `torch_geometric.distributed.rpc` names are here too, on the same group: `init_rpc` /
-`shutdown_rpc` take PyG's arguments, and `rpc_is_initialized`, `rpc_register` + `rpc_async` /
-`rpc_sync` (calls registered by id), `global_all_gather`, `global_barrier` (its failure is
-raised, not logged and swallowed as in PyG) and `rpc_partition_to_workers` behave as PyG's.
+`shutdown_rpc` take PyG's arguments, and `rpc_is_initialized`, `rpc_require_initialized`,
+`rpc_register` + `rpc_async` / `rpc_sync` (calls registered by id), `global_all_gather`,
+`global_barrier` (its failure is raised, not logged and swallowed as in PyG) and
+`rpc_partition_to_workers` behave as PyG's.
 """
 
 from __future__ import annotations
 
 import errno
+import functools
 import itertools
 import logging
 import socket
@@ -344,6 +346,17 @@ def rpc_is_initialized() -> bool:
 def _require_agent(what: str) -> None:
     if not rpc_is_initialized():
         raise RuntimeError(f"{what} needs RPC: call init_rpc(...) first")
+
+
+def rpc_require_initialized(func: Callable) -> Callable:
+    """PyG's decorator: `func` raises in one line unless this process's RPC agent runs."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        _require_agent(func.__name__)
+        return func(*args, **kwargs)
+
+    return wrapper
 
 
 def global_all_gather(obj: Any, timeout: float | None = None) -> dict[str, Any]:

@@ -38,6 +38,7 @@ def test_pyg_module_layout():
             "global_barrier",
             "rpc_partition_to_workers",
             "rpc_is_initialized",
+            "rpc_require_initialized",
         ],  # fmt: skip
         "utils": ["remove_duplicates", "as_str", "reverse_edge_type"],
     }
@@ -161,6 +162,14 @@ def test_init_rpc_refuses_worker_names():
         rpc.init_rpc(ctx, "127.0.0.1", 1, rpc_worker_names={"w": ["a"]})
     with pytest.raises(RuntimeError, match="rpc_register needs RPC"):
         rpc.rpc_register(None)
+
+    @rpc.rpc_require_initialized
+    def gather_names() -> list[str]:
+        return ["never reached"]
+
+    assert gather_names.__name__ == "gather_names"
+    with pytest.raises(RuntimeError, match="gather_names needs RPC: call init_rpc"):
+        gather_names()
 
 
 def test_event_loop_runs_tasks_and_reports_failures():
