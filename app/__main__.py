@@ -96,20 +96,19 @@ def main(node: DictConfig) -> float | None:
         cfg = to_config(node)
     except ConfigError as err:
         _fail("config error", err, EXIT_CONFIG, refused=True)
-    # Imported only now: a config error above never pays for importing torch.
+    from app.dataset_files import OgbDataMissingError, precheck
+
+    try:  # real OGB data missing: one line, before any work (and before torch is imported)
+        precheck(cfg.dataset)
+    except OgbDataMissingError as err:
+        _fail("data error", err, EXIT_CONFIG, refused=True)
+    # Imported only now: a config or data error above never pays for importing torch.
     from app.launch import JobFailed, partition_lock, partitions_dir
     from app.limits import check_memory
     from app.partition.reader import PartitionError
     from app.tasks import run_task
 
     watch_compiles()  # a cold kernel cache: say so, not a silent minute
-    if cfg.dataset.name.startswith("ogbn_"):  # real OGB data missing: one line, before any work
-        from app.dataset.ogb import OgbDataMissingError, precheck
-
-        try:
-            precheck(cfg.dataset)
-        except OgbDataMissingError as err:
-            _fail("data error", err, EXIT_CONFIG, refused=True)
     try:
         check_memory(cfg)
     except ConfigError as err:

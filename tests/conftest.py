@@ -16,6 +16,29 @@ PYTHON = sys.executable
 # Tests run on 2 shared cores: one intra-op thread per process keeps runs predictable.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+# Tests write only under temporary dirs: a run dir that appears in the project's own
+# outputs/ during the session (a job started without `output_dir=`) fails the session.
+PROJECT_RUN_DIRS = (REPO / "outputs" / "runs", REPO / "outputs" / "multirun")
+_RUNS_BEFORE = pytest.StashKey[set]()
+
+
+def _project_runs() -> set[str]:
+    return {str(p) for d in PROJECT_RUN_DIRS if d.is_dir() for p in d.iterdir()}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.stash[_RUNS_BEFORE] = _project_runs()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    new = sorted(_project_runs() - session.stash.get(_RUNS_BEFORE, set()))
+    if new:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        reporter.write("\n")
+        reporter.write_sep("=", "tests wrote into the project's outputs/ (give output_dir=)")
+        reporter.write_line(" ".join(new))
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
 
 @pytest.fixture
 def compose():

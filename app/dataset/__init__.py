@@ -17,10 +17,11 @@ import logging
 from torch_geometric.data import Data, HeteroData
 
 from app.config import DATASETS, ConfigError, DatasetConfig
-from app.dataset.cache import cache_path, cached, dataset_fingerprint
+from app.dataset.cache import cached
 from app.dataset.mag import generate_mag, to_hetero_data
-from app.dataset.ogb import OgbDataMissingError, load_ogb
+from app.dataset.ogb import load_ogb
 from app.dataset.synthetic import generate_products, to_data
+from app.dataset_files import OgbDataMissingError, cache_path, dataset_fingerprint
 
 __all__ = ["OgbDataMissingError", "dataset_fingerprint", "load_dataset"]
 

@@ -1,7 +1,8 @@
-"""Fingerprints and the on-disk cache of generated datasets.
+"""The on-disk cache of generated (and converted) datasets.
 
-Layout: `<cfg.root>/<name>-<fingerprint>/data.pt`, a `torch.save`d dict of plain tensors, ints
-and nested dicts (safe for `torch.load(weights_only=True)`; `Data` objects are rebuilt on load).
+Layout: `<cfg.root>/<name>-<fingerprint>/data.pt` (`app.dataset_files.cache_path`), a
+`torch.save`d dict of plain tensors, ints and nested dicts (safe for
+`torch.load(weights_only=True)`; `Data` objects are rebuilt on load).
 
 Concurrency: the first process to take `<dir>/.lock` (fcntl, with a timeout) generates and writes
 `data.pt` through a unique temp file + `os.replace`; the others wait for the lock, then read the
@@ -10,41 +11,18 @@ finished file. Readers never see a half-written file because the rename is atomi
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
-from app.config import DatasetConfig
-from app.dataset.synthetic import GENERATOR_VERSION
 from app.fsutil import file_lock, torch_save_atomic
 
 log = logging.getLogger(__name__)
 
 LOCK_TIMEOUT_S = 3600.0  # generating ogbn-products scale takes minutes; never wait forever
-# Keys that change synthetic data; real OGB data depends only on the name (and `temporal`).
-SYNTHETIC_KEYS = ("num_nodes", "avg_degree", "num_features", "num_classes", "num_communities")
-SPLIT_KEYS = ("train_frac", "val_frac")
-
-
-def dataset_fingerprint(cfg: DatasetConfig, seed: int) -> str:
-    """Short stable hash of everything that determines the data (partitions are keyed by it)."""
-    fields = asdict(cfg)
-    key: dict[str, object] = {"name": cfg.name, "temporal": cfg.temporal}
-    if cfg.name.startswith("synthetic"):
-        key |= {k: fields[k] for k in SYNTHETIC_KEYS + SPLIT_KEYS}
-        key |= {"seed": seed, "version": GENERATOR_VERSION}
-    blob = json.dumps(key, sort_keys=True).encode()
-    return hashlib.sha256(blob).hexdigest()[:12]
-
-
-def cache_path(cfg: DatasetConfig, seed: int) -> Path:
-    return Path(cfg.root) / f"{cfg.name}-{dataset_fingerprint(cfg, seed)}" / "data.pt"
 
 
 def load_plain(path: Path) -> dict:

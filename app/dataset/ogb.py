@@ -1,10 +1,10 @@
 """The real `ogbn_products` / `ogbn_mag`, read through `ogb.nodeproppred.NodePropPredDataset`.
 
-Nothing is downloaded here: the files must already sit in OGB's own layout under `cfg.root`,
-i.e. what unzipping OGB's `products.zip` / `mag.zip` into `<root>/ogbn_products` /
-`<root>/ogbn_mag` gives (`RELEASE_v<version>.txt`, `raw/*.csv.gz`, `split/<split>/...`). Every
-file ogb would otherwise fetch or ask about is checked first, because ogb then prompts on stdin
-(stale release) or starts a download (missing raw files).
+Nothing is downloaded here: the files must already sit in OGB's own layout under `cfg.root`
+(`app.dataset_files.SPECS`: what unzipping OGB's `products.zip` / `mag.zip` into
+`<root>/ogbn_products` / `<root>/ogbn_mag` gives). Every file ogb would otherwise fetch or ask
+about is checked first (`check_files`, also run by `python -m app` before torch is imported),
+because ogb then prompts on stdin (stale release) or starts a download (missing raw files).
 
 Two more ogb habits are neutralised: `import ogb` starts a PyPI "outdated" check in a
 non-daemon thread (a `requests.get` without timeout, which can hang interpreter exit offline),
@@ -22,106 +22,18 @@ import os
 import sys
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from app.config import DatasetConfig
-from app.dataset.cache import cache_path, cached
+from app.dataset.cache import cached
+from app.dataset_files import SPECS, OgbSpec, cache_path, check_files
 
 log = logging.getLogger(__name__)
 
 MAG_TYPES = ("paper", "author", "institution", "field_of_study")
-
-
-class OgbDataMissingError(FileNotFoundError):
-    """An OGB file is missing under `dataset.root`; it cannot be downloaded here."""
-
-
-@dataclass(frozen=True)
-class OgbSpec:
-    ogb_name: str  # ogb's name, e.g. ogbn-products
-    version: int  # ogb master.csv `version` → RELEASE_v<version>.txt
-    split: str  # ogb master.csv `split` → split/<split>/
-    raw_files: tuple[str, ...]  # needed when ogb has no processed file yet
-    split_files: tuple[str, ...]
-    synthetic: str  # the stand-in to suggest
-
-    @property
-    def dir_name(self) -> str:
-        return self.ogb_name.replace("-", "_")
-
-
-_MAG_RELATIONS = tuple(
-    f"raw/relations/{rel}/{f}"
-    for rel in (
-        "author___affiliated_with___institution",
-        "author___writes___paper",
-        "paper___cites___paper",
-        "paper___has_topic___field_of_study",
-    )
-    for f in ("edge.csv.gz", "num-edge-list.csv.gz")
-)
-
-SPECS = {
-    "ogbn_products": OgbSpec(
-        "ogbn-products",
-        1,
-        "sales_ranking",
-        tuple(
-            f"raw/{f}.csv.gz"
-            for f in ("edge", "num-node-list", "num-edge-list", "node-feat", "node-label")
-        ),
-        tuple(f"split/sales_ranking/{s}.csv.gz" for s in ("train", "valid", "test")),
-        "synthetic_products",
-    ),
-    "ogbn_mag": OgbSpec(
-        "ogbn-mag",
-        2,
-        "time",
-        (
-            "raw/num-node-dict.csv.gz",
-            "raw/triplet-type-list.csv.gz",
-            "raw/nodetype-has-label.csv.gz",
-            "raw/node-label/paper/node-label.csv.gz",
-            "raw/node-feat/paper/node-feat.csv.gz",
-            "raw/node-feat/paper/node_year.csv.gz",
-            *_MAG_RELATIONS,
-        ),
-        ("split/time/nodetype-has-split.csv.gz",)
-        + tuple(f"split/time/paper/{s}.csv.gz" for s in ("train", "valid", "test")),
-        "synthetic_mag",
-    ),
-}
-
-
-def check_files(spec: OgbSpec, root: Path) -> None:
-    """Raise OgbDataMissingError naming the first file ogb would need but cannot find."""
-    base = root / spec.dir_name
-    needed = [f"RELEASE_v{spec.version}.txt", *spec.split_files]
-    if not (base / "processed" / "data_processed").exists():
-        needed += spec.raw_files
-    for rel in needed:
-        if not (base / rel).exists():
-            raise OgbDataMissingError(
-                f"{base / rel} not found: {spec.ogb_name} cannot be downloaded here. Unzip OGB's "
-                f"{spec.ogb_name} files into {base}/ (OGB layout), or use "
-                f"dataset={spec.synthetic}"
-            )
-
-
-def precheck(cfg: DatasetConfig) -> None:
-    """Before any work: OgbDataMissingError if `cfg` is an OGB dataset whose files are missing.
-
-    Nothing to check for synthetic datasets, or once the converted tensors are cached (a job
-    that reuses its partition may then run without the raw files).
-    """
-    spec = SPECS.get(cfg.name)
-    if spec is None or cache_path(cfg, seed=0).exists():
-        return
-    check_files(spec, Path(cfg.root))
 
 
 def import_ogb_dataset():

@@ -30,7 +30,6 @@ from app.config import DatasetConfig
 
 log = logging.getLogger(__name__)
 
-GENERATOR_VERSION = 1  # bump when the generated data changes: it is part of the fingerprint
 INTRA = 0.8  # share of edges inside a community
 SAME_CLASS = 0.1  # share of edges to another community with the same label
 LABEL_NOISE = 0.15  # chance a node's label is redrawn uniformly instead of its community's

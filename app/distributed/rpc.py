@@ -27,6 +27,7 @@ import logging
 import socket
 import threading
 import time
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -45,6 +46,10 @@ log = logging.getLogger("distgnn")
 # time, ~40k involuntary context switches/s; `bench.products_job`). "uv" (TCP) waits in epoll;
 # tensor payloads still move through TensorPipe's channels (CMA between local processes).
 TRANSPORTS = ["uv"]
+# torch's TensorPipe init all-gathers the device maps over a `ProcessGroupGloo` backend object,
+# which torch >= 2.0 warns about in every process that joins ("You are using a Backend <class
+# ...ProcessGroupGloo> as a ProcessGroup"): torch's call inside `rpc.init_rpc`, not the user's.
+GLOO_AS_GROUP = "You are using a Backend"
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {"timeout": 60.0, "name": None}
@@ -141,12 +146,14 @@ def init_rpc(
             init_method=f"{BOUND_SCHEME}://{master_addr}:{master_port}",
         )
         try:
-            rpc.init_rpc(
-                name=ctx.worker_name,
-                rank=ctx.global_rank,
-                world_size=ctx.global_world_size,
-                rpc_backend_options=options,
-            )
+            with warnings.catch_warnings():  # torch's own init all-gather: see GLOO_AS_GROUP
+                warnings.filterwarnings("ignore", GLOO_AS_GROUP, UserWarning)
+                rpc.init_rpc(
+                    name=ctx.worker_name,
+                    rank=ctx.global_rank,
+                    world_size=ctx.global_world_size,
+                    rpc_backend_options=options,
+                )
         except RuntimeError as err:
             text = str(err)
             if "address already in use" in text.lower():

@@ -19,7 +19,6 @@ import os
 import signal
 import sys
 import traceback
-import warnings
 
 from app.jit import watch_compiles
 from app.launch.heartbeat import start_heartbeat
@@ -87,8 +86,6 @@ def main() -> int:
         os.environ.setdefault(key, value)  # before torch: data sockets on this host's address
     setup_logging(runtime)
     watch_compiles()  # the launcher warmed the kernel cache: a compile here is announced
-    # torch's object collectives warn on every gloo call; the job uses them on purpose.
-    warnings.filterwarnings("ignore", message="You are using a Backend", category=UserWarning)
     try:
         return run(runtime)
     except KeyboardInterrupt:

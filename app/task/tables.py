@@ -91,8 +91,12 @@ class LocalTables(Tables):
             self.optimizer.zero_grad(set_to_none=True)
 
     def step(self) -> None:
+        """One update. torch's Adagrad rebuilds each sparse gradient with `sparse_coo_tensor`,
+        which warns ("Sparse invariant checks are implicitly disabled") until a program opts in
+        or out; the rows come from autograd, always valid, so this step opts out."""
         if self.optimizer is not None:
-            self.optimizer.step()
+            with torch.sparse.check_sparse_tensor_invariants(enable=False):
+                self.optimizer.step()
 
     def rows_state(self) -> dict[str, Tensor]:
         return {t: table.weight.detach().cpu().clone() for t, table in self.rows.tables.items()}

@@ -18,6 +18,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlencode
 
 from app.tracking.mlflow import RUN_ID_FILE, RUN_INFO_FILE
 from app.tracking.progress import phases_line
@@ -109,6 +110,24 @@ _TRAINING_VIEW = "workflowType=machine_learning"
 def experiment_url(experiment_id: str, address: str = UI_ADDRESS) -> str:
     """The experiment's runs as metric charts, in the UI's model-training mode."""
     return f"{address}/#/experiments/{experiment_id}/runs?{_TRAINING_VIEW}&compareRunsMode=CHART"
+
+
+def sweep_url(
+    experiment_id: str, parent_run_id: str, monitor: str, address: str = UI_ADDRESS
+) -> str:
+    """A sweep's jobs as per-epoch metric charts, one curve per job, best job first.
+
+    MLflow's runs view nests runs under their parent, folded and so left out of the charts,
+    whenever it lists them unsorted and unfiltered or by creation time. Filtering on the
+    parent's id and sorting by the monitored metric lists the jobs themselves instead (the
+    charts show the first 10 rows: a larger sweep's 10 best jobs).
+    """
+    query = {
+        "searchFilter": f"tags.mlflow.parentRunId = '{parent_run_id}'",
+        "orderByKey": f"metrics.`{monitor}`",
+        "orderByAsc": "true" if lower_is_better(monitor) else "false",
+    }
+    return f"{experiment_url(experiment_id, address)}&{urlencode(query, quote_via=quote)}"
 
 
 def run_url(run_id: str, experiment_id: str | None = None) -> str:

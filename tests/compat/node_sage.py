@@ -126,7 +126,7 @@ def run_proc(local_proc_rank, num_nodes, node_rank, dataset, root_dir, master_ad
             if i == len(train_loader) - 1:
                 torch.distributed.barrier()
         acc = test(model, test_loader, dataset)
-        print(f"-- [node {node_rank}] epoch {epoch}: loss {float(loss):.4f} test acc {acc:.4f} "
+        print(f"-- [node {node_rank}] epoch {epoch}: loss {loss.item():.4f} test acc {acc:.4f} "
               f"({time.time() - start:.1f} s, {i + 1} batches)", flush=True)  # fmt: skip
     print(f"-- [node {node_rank}] training done", flush=True)
     torch.distributed.destroy_process_group()

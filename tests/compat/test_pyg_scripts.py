@@ -3,7 +3,8 @@
 `partition_graph.py`, `node_sage.py` and `link_sage.py` are written from PyG's documentation
 (hand-launched, `--node_rank 0/1` on 127.0.0.1, PyG's argument names and positional calls).
 Each case partitions a tiny graph, starts both ranks as real processes, and requires: both
-train to the end and exit 0, nothing at exit (no traceback, no TensorPipe `eof`), and no
+train to the end and exit 0, nothing at exit (no traceback, no TensorPipe `eof`), no Python
+`UserWarning` (torch warns inside `rpc.init_rpc`; `app.distributed.rpc` hides that one), and no
 process of either rank's session left behind (the loader's own sampler processes included).
 """
 
@@ -88,7 +89,7 @@ def run_ranks(script: str, *args: str) -> list[str]:
     for rank, (p, out) in enumerate(zip(procs, outs, strict=True)):
         assert p.returncode == 0, f"rank {rank} exited {p.returncode}:\n{out[-4000:]}"
         assert "training done" in out, f"rank {rank} did not finish:\n{out[-4000:]}"
-        for bad in ("Traceback", "eof", "could not find destination"):
+        for bad in ("Traceback", "eof", "could not find destination", "UserWarning"):
             assert bad not in out, f"rank {rank} printed {bad!r}:\n{out[-4000:]}"
     time.sleep(0.5)
     for rank, p in enumerate(procs):

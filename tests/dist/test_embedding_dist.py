@@ -87,7 +87,8 @@ def test_sharded_updates_equal_dense_reference(tmp_path, kind):
     for ids, w in _batches():
         ref.zero_grad()
         (dense(ids) * w).sum().backward()
-        ref.step()
+        with torch.sparse.check_sparse_tensor_invariants(enable=False):  # as LocalTables.step
+            ref.step()
         touched |= set(ids.tolist())
     torch.testing.assert_close(res["end"], dense.weight.detach())
     untouched = sorted(set(range(N)) - touched)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app.tracking.summary import sweep_url
 from tests.conftest import run_app
 
 
@@ -37,6 +38,8 @@ def test_sweep_prints_table_logs_best_and_report_reads_it_back(tmp_path):
     assert not parent.data.metrics  # charts: the jobs' curves, no one-bar charts of the parent
     assert "sweep_summary.md" in {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert f"MLflow parent run {parent.info.run_id}" in out
+    link = sweep_url(parent.info.experiment_id, parent.info.run_id, "val_acc")
+    assert f"\ncharts: {link}\n" in out  # the jobs' curves (tests/unit/test_ui_links.py)
 
     again = run_app("report", str(sweep), timeout=120)
     assert again.returncode == 0, again.stderr

@@ -447,15 +447,26 @@ def test_ogbn_mag_from_ogb_layout(tmp_path):
 @pytest.mark.parametrize("name", ["ogbn_products", "ogbn_mag"])
 def test_ogb_missing_files_clear_error(tmp_path, name):
     cfg = DatasetConfig(name=name, root=str(tmp_path))
-    with pytest.raises(OgbDataMissingError, match="cannot be downloaded here") as err:
+    with pytest.raises(OgbDataMissingError, match="nothing is downloaded at run time") as err:
         load_dataset(cfg, seed=0)
     assert isinstance(err.value, FileNotFoundError)
-    assert str(tmp_path / name) in str(err.value) and "synthetic_" in str(err.value)
+    zip_name = name.removeprefix("ogbn_")
+    assert str(err.value).startswith(f"{tmp_path / name} does not exist (ogbn-{zip_name} needs ")
+    assert f"Download http://snap.stanford.edu/ogb/data/nodeproppred/{zip_name}.zip, " in str(
+        err.value
+    )
+    assert f"rename {zip_name}/ to {name}/" in str(err.value)
+    assert str(err.value).endswith(f"or use dataset=synthetic_{zip_name}")
     assert not (tmp_path / name).exists(), "nothing is created before the check"
 
 
 def test_ogb_missing_raw_file_named(tmp_path):
     write_tiny_products(tmp_path)
     (tmp_path / "ogbn_products/raw/node-label.csv.gz").unlink()
-    with pytest.raises(OgbDataMissingError, match="node-label.csv.gz"):
+    (tmp_path / "ogbn_products/split/sales_ranking/test.csv.gz").unlink()
+    with pytest.raises(OgbDataMissingError) as err:
         load_dataset(DatasetConfig(name="ogbn_products", root=str(tmp_path)), seed=0)
+    assert str(err.value).startswith(
+        f"{tmp_path / 'ogbn_products'}: 2 of the 9 files ogbn-products needs are missing: "
+        "split/sales_ranking/test.csv.gz, raw/node-label.csv.gz; "
+    )

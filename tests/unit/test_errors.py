@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from app.config import ConfigError, check_overrides
-from tests.conftest import run_app
+from tests.conftest import PYTHON, REPO, run_app
 
 
 def test_experiment_typo_is_one_line_with_did_you_mean(tmp_path):
@@ -29,15 +31,24 @@ def test_group_option_typos(argv, hint):
     check_overrides(["-m", "model=sage,gat", "model=glob(*)"])  # valid choices and sweep syntax
 
 
-def test_missing_ogb_data_is_one_line_before_any_work(tmp_path):
-    proc = run_app(
-        "dataset=ogbn_products",
-        f"output_dir={tmp_path}",
-        f"dataset.root={tmp_path / 'data'}",
-        timeout=120,
+def test_missing_ogb_data_is_one_line_before_torch_is_imported(tmp_path):
+    """`python -m app` (run as such, through runpy) names the missing files before it imports
+    torch or PyG: the refusal costs the config's composition, not seconds of imports."""
+    heavy = "print('imported:', *sorted({'torch', 'torch_geometric'} & set(sys.modules)))"
+    code = f"import atexit, runpy, sys; atexit.register(lambda: {heavy}); "
+    code += "runpy.run_module('app', run_name='__main__', alter_sys=True)"
+    data = tmp_path / "data"
+    argv = ["+experiment=products_homo", "dataset=ogbn_products", f"dataset.root={data}"]
+    proc = subprocess.run(
+        [PYTHON, "-c", code, *argv, f"output_dir={tmp_path}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
-    assert proc.returncode == 2
+    assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1, proc.stderr
-    assert proc.stderr.startswith(f"data error: {tmp_path / 'data' / 'ogbn_products'}")
-    assert "use dataset=synthetic_products" in proc.stderr
-    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "partitions").exists()
+    assert proc.stderr.startswith(f"data error: {data / 'ogbn_products'} does not exist ")
+    assert "products.zip" in proc.stderr and "use dataset=synthetic_products" in proc.stderr
+    assert proc.stdout == "imported:\n"
+    assert list(tmp_path.iterdir()) == [], "no run dir, store or partition for a refused job"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -13,9 +14,11 @@ from app.tracking.summary import (
     best_index,
     best_params_metrics,
     differing_keys,
+    experiment_url,
     format_table,
     monitor_key,
     run_summary,
+    sweep_url,
 )
 
 
@@ -142,3 +145,26 @@ def test_help_lists_commands_experiments_and_groups_without_schema():
     assert text.startswith("distgnn: ") and "__main__" not in text and "schema" not in text
     assert "distgnn report " in text and "+experiment=NAME" in text and "smoke" in text
     assert "  model: gat, gcn, mlp, sage" in text
+
+
+def test_sweep_link_lists_the_jobs_themselves_best_first(tmp_path):
+    """The sweep's `charts:` link: the experiment's chart view filtered on the parent (its
+    filter selects exactly the jobs in a real store) and sorted by the monitored metric, which
+    keeps MLflow from folding the jobs under their parent (folded runs are not charted)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.create_experiment("distgnn")
+    client.create_run(exp, run_name="single")
+    parent = client.create_run(exp, run_name="sweep").info.run_id
+    jobs = {
+        client.create_run(exp, tags={"mlflow.parentRunId": parent}).info.run_id for _ in range(2)
+    }
+    url = sweep_url(exp, parent, "val_acc", address="http://h:1")
+    assert url.startswith(experiment_url(exp, "http://h:1") + "&")
+    params = parse_qs(urlsplit(url).fragment.partition("?")[2], strict_parsing=True)
+    assert params["compareRunsMode"] == ["CHART"]
+    assert params["orderByKey"] == ["metrics.`val_acc`"] and params["orderByAsc"] == ["false"]
+    (search,) = params["searchFilter"]
+    assert {r.info.run_id for r in client.search_runs([exp], filter_string=search)} == jobs
+    assert sweep_url(exp, parent, "loss").endswith("orderByAsc=true")  # a loss: lowest first

@@ -232,7 +232,7 @@ def report_sweep(
             exp = client.get_run(parent_run_id).info.experiment_id
             lines.append(f"MLflow parent run {parent_run_id}")
             lines.append(f"  {summary.run_url(parent_run_id, exp)}")
-            lines.append(f"charts: {summary.experiment_url(exp)}")
+            lines.append(f"charts: {summary.sweep_url(exp, parent_run_id, monitor)}")
             lines.append(f"open UI: {summary.ui_command(cfg.tracking_uri)}")
         print("\n".join(lines), flush=True)
     except Exception as err:
