@@ -12,11 +12,10 @@ import os
 from pathlib import Path
 
 from app.config import Config
+from app.contract import PARENT_RUN_ENV
 from app.runtime import Runtime
 
 log = logging.getLogger("distgnn")
-
-PARENT_RUN_ENV = "DISTGNN_MLFLOW_PARENT_RUN_ID"
 
 
 def job_dir() -> Path:

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from app.config import Config, ConfigError, heartbeat_timeout_s, save_config
+from app.contract import CONFIG_FILE, PARENT_RUN_ENV, RESULT_FILE, RUN_ID_FILE
 from app.fsutil import file_lock, remove_orphaned_temps
 from app.jit.warm import ensure_warm
 from app.launch.orphans import (
@@ -47,9 +48,6 @@ __all__ = ["JobFailed", "PARENT_RUN_ENV", "run_job"]
 
 log = logging.getLogger("distgnn")
 
-PARENT_RUN_ENV = "DISTGNN_MLFLOW_PARENT_RUN_ID"
-RESULT_FILE = "result.json"
-RUN_ID_FILE = "mlflow_run_id"
 ERROR_TAG_CHARS = 4000
 PARTITION_LOCK_TIMEOUT_S = 4 * 3600.0
 
@@ -114,7 +112,7 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
         ensure_warm()
     if isinstance(plan, EnvPlan):
         die_with_parent()  # torchrun / srun killed: take this node's share down with it
-    save_config(cfg, job_dir / "config.yaml")
+    save_config(cfg, job_dir / CONFIG_FILE)
     log.info(
         "job %s: %d processes on this machine (%s), ddp port %d, rpc port %d",
         job_dir.name,

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.config import Config, ConfigError, check_remote, heartbeat_timeout_s
+from app.contract import CONFIG_FILE
 from app.launch.heartbeat import heartbeat_env
 from app.netutil import loopback_ifname_env
 from app.runtime import Runtime
@@ -390,7 +391,7 @@ def plan_job(
     job_dir = Path(job_dir).resolve()
     paths = {
         "job_dir": str(job_dir),
-        "config_path": str(job_dir / "config.yaml"),
+        "config_path": str(job_dir / CONFIG_FILE),
         "partition_root": str(Path(partition_root).resolve()),
     }
     extra = dict(extra_env or {})

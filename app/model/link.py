@@ -21,7 +21,6 @@ from typing import Any
 from torch import Tensor, nn
 from torch_geometric.data import Data, HeteroData
 
-from app.model.gnn import SampledGNN
 from app.model.hetero import (
     EdgeType,
     HeteroSAGE,
@@ -30,6 +29,7 @@ from app.model.hetero import (
     check_hetero_model,
     hetero_inputs,
 )
+from app.model.registry import build_model
 
 DECODERS = ("dot", "mlp")
 
@@ -122,11 +122,9 @@ class HeteroLinkPredictor(nn.Module):
 def build_link_predictor(cfg: Any, in_channels: int) -> LinkPredictor:
     """Homogeneous link model from `cfg.model` (decoder: `model.decoder`, default `dot`)."""
     m = cfg.model
-    if m.name not in ("sage", "gcn", "gat"):
-        raise ValueError(f"model.name={m.name!r}: link prediction needs a GNN (sage, gcn, gat)")
-    encoder = SampledGNN(
-        m.name, in_channels, m.hidden_channels, m.hidden_channels, m.num_layers, m.dropout, m.heads
-    )
+    if m.name == "mlp":
+        raise ValueError(f"model.name={m.name!r}: link prediction needs a GNN (not mlp)")
+    encoder = build_model(m, in_channels, m.hidden_channels)
     return LinkPredictor(encoder, Decoder(m.decoder, m.hidden_channels))
 
 

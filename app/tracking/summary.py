@@ -19,13 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.tracking.mlflow import RUN_ID_FILE, RUN_INFO_FILE
+from app.contract import RESULT_FILE, RUN_ID_FILE, RUN_INFO_FILE
 from app.tracking.progress import phases_line
 from app.tracking.redact import redact_text
 
 log = logging.getLogger("distgnn")
 
-RESULT_FILE = "result.json"
 UI_ADDRESS = "http://127.0.0.1:5000"
 # A sweep job's wall time (launcher's view), a tag on its run so `report` shows the table's
 # time (a tag: as a one-value metric it would be a bar chart among the per-epoch curves).

@@ -43,13 +43,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PARENT_RUN_ENV = "DISTGNN_MLFLOW_PARENT_RUN_ID"
-
 
 def launch(
     launcher: DistgnnLauncher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
 ) -> list[JobReturn]:
     """Run every job of this batch sequentially; return their `JobReturn`s in order."""
+    from app.contract import PARENT_RUN_ENV
+
     setup_globals()
     assert launcher.config is not None, "setup() must run before launch()"
     config = launcher.config
