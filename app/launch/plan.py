@@ -39,6 +39,12 @@ from app.runtime import Runtime
 from app.threads import available_cores
 
 WORKER_MODULE = "app.launch.worker"
+# Each role's main, `(Runtime, Config) -> exit code`, named as a string (`app.entrypoint`): the
+# worker resolves it, so the launcher imports nothing from the rooms above it.
+ROLE_MAINS = {
+    "trainer": "app.train.distributed:trainer_main",
+    "sampler": "app.distributed.workers:serve",
+}
 LOCALHOST = "127.0.0.1"
 
 

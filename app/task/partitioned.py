@@ -18,10 +18,11 @@ from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
 from app.config import Config
+from app.dataset.link_split import HETERO_LINK_TYPE
 from app.distributed.context import DistContext
 from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.graph_store import LocalGraphStore
-from app.partition.link import HETERO_LINK_TYPE, load_held_out
+from app.partition.link import load_held_out
 from app.partition.reader import load_partition, load_partition_book
 from app.runtime import Runtime
 from app.task.device import trainer_device

@@ -4,7 +4,7 @@ A job's row comes from its job dir (`result.json`, `mlflow_run_id`) or from its 
 table has one row per job, a column per override that differs between the jobs, the final
 metrics and the wall time, and marks the best job by the monitored metric (`train.monitor`).
 The same rows print on the launcher's console (`format_table(..., "md")`), go into the sweep's
-parent run, and come back from the store with `python -m app report` (app/report.py).
+parent run, and come back from the store with `python -m app report` (app/tracking/report.py).
 """
 
 from __future__ import annotations

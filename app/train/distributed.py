@@ -138,6 +138,12 @@ def _log_shares(runtime: Runtime, loaders: dict[str, Any]) -> None:
     log.info("%s seeds %s", runtime.name, json.dumps(share))
 
 
+def trainer_main(runtime: Runtime, cfg: Config) -> int:
+    """The trainer role's main (`app.launch.plan.ROLE_MAINS`): train, exit code 0."""
+    train_distributed(runtime, cfg)
+    return 0
+
+
 def train_distributed(runtime: Runtime, cfg: Config) -> dict[str, float]:
     """Train as one rank of the job; rank 0 also writes the final metrics to result.json."""
     session = Session(runtime, cfg)
