@@ -542,6 +542,10 @@ class MLP(nn.Module):
     def inference_width(self, layer: int) -> int:
         return self.lins[layer].out_features
 
+    def inference_projection(self, layer: int) -> None:
+        """No layer reads projections: a linear layer reads its own row only."""
+        return None
+
     def inference_layer(
         self, layer: int, h_src: Tensor, block: Block, out: Tensor | None = None
     ) -> Tensor:

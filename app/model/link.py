@@ -27,6 +27,7 @@ from app.model.hetero import (
     InputRows,
     Metadata,
     check_hetero_model,
+    embedding_rows,
     hetero_inputs,
 )
 from app.model.registry import build_model
@@ -80,6 +81,10 @@ class LinkPredictor(nn.Module):
         self.encoder, self.decoder = encoder, decoder
         self.edge_type = None
 
+    def layerwise_parts(self) -> tuple[nn.Module, dict[str, Tensor]]:
+        """`LayerwiseWrapper`: the encoder computes the node embeddings."""
+        return self.encoder, {}
+
     def forward(self, batch: Data, pairs: Pairs | None = None) -> tuple[Tensor, ...]:
         nodes, edges = _hop_counts(batch)
         z = self.encoder(batch.x, batch.edge_index, nodes, edges)
@@ -106,6 +111,10 @@ class HeteroLinkPredictor(nn.Module):
         self.gnn, self.decoder = gnn, decoder
         self.__dict__["embeddings"] = embeddings
         self.edge_type = tuple(edge_type)
+
+    def layerwise_parts(self) -> tuple[HeteroSAGE, dict[str, Tensor]]:
+        """`LayerwiseWrapper`: the GNN and the embedding rows of featureless types."""
+        return self.gnn, embedding_rows(self.embeddings)
 
     def forward(self, batch: HeteroData, pairs: Pairs | None = None) -> tuple[Tensor, ...]:
         x_dict, nodes, edges = hetero_inputs(batch, self.embeddings)
