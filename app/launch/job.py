@@ -100,14 +100,14 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
         (job_dir / stale).unlink(missing_ok=True)
     remove_orphaned_temps(job_dir)  # a resumed job dir: those of an earlier, killed job
     extra = {PARENT_RUN_ENV: parent_run_id} if parent_run_id else {}
-    ports = plan_ports(cfg, os.environ)  # also checks the env / ssh cluster description
+    ports = plan_ports(cfg.cluster, os.environ)  # also checks the env / ssh cluster description
     check_partition_root(cfg)
     with phase("partition"), disk_full_as_one_line(partitions_dir(cfg)):
         partition_root = prepare_partition(cfg)
     with phase("verify partition"):
-        verify_for_job(cfg, partition_root)  # before any child: a corrupt file is one line
+        verify_for_job(cfg.cluster, partition_root)  # before any child: a corrupt file is one line
     plan = plan_job(cfg, job_dir, partition_root, ports, extra_env=extra)
-    check_ports_free(cfg, plan)
+    check_ports_free(cfg.cluster, plan)
     with phase("kernels"):  # cold cache: compile here once, not in every child at once
         ensure_warm()
     if isinstance(plan, EnvPlan):
