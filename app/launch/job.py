@@ -44,7 +44,7 @@ from app.launch.spawn import JobFailed, die_with_parent, run_procs
 from app.task.device import gpus_shared, trainers_per_machine
 from app.tracking.progress import phase
 
-__all__ = ["JobFailed", "PARENT_RUN_ENV", "run_job"]
+__all__ = ["JobFailed", "run_job"]
 
 log = logging.getLogger("distgnn")
 
