@@ -3,7 +3,7 @@
 User errors (bad config, unusable partition, full disk) end in one line and a non-zero exit;
 Ctrl-C exits 130 and SIGTERM 143, after every child was stopped, without a traceback.
 `python -m app report ...` (also `distgnn report ...`) prints results tables instead:
-app/report.py.
+app/tracking/report.py.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import os
 import signal
 import sys
 
-from app.interrupt import TERMINATED
 from app.jit import watch_compiles
+from app.launch.interrupt import TERMINATED
 
 EXIT_CONFIG = 2
 EXIT_INTERRUPTED = 128 + signal.SIGINT
@@ -26,7 +26,7 @@ def _on_sigterm(signum: int, frame: object) -> None:
         sys.stderr.write("terminated (SIGTERM) before the job started\n")
         os._exit(EXIT_TERMINATED)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a repeat must not cut the cleanup
-    TERMINATED.set()  # checked again before any child starts (app.interrupt)
+    TERMINATED.set()  # checked again before any child starts (app.launch.interrupt)
     raise KeyboardInterrupt(f"signal {signum}")
 
 
@@ -67,8 +67,8 @@ def _fail(kind: str, err: BaseException, code: int, *, refused: bool = False) ->
     if _in_sweep() and not isinstance(err, ConfigError):
         raise err
     if refused:
+        from app.run import job_dir
         from app.rundir import remove_unused_run_dir
-        from app.tasks import job_dir
 
         remove_unused_run_dir(job_dir())
     print(f"{kind}: {err}", file=sys.stderr, flush=True)
@@ -78,8 +78,8 @@ def _fail(kind: str, err: BaseException, code: int, *, refused: bool = False) ->
 def _fail_unexpected(err: Exception) -> None:
     """Any other error: one line (its type and message, where the traceback went), the
     traceback in `<job dir>/traceback.log`; in a sweep the job fails alone."""
+    from app.run import job_dir
     from app.rundir import write_traceback
-    from app.tasks import job_dir
 
     path = write_traceback(job_dir(), err)
     if _in_sweep():
@@ -104,9 +104,9 @@ def main(node: DictConfig) -> float | None:
         _fail("data error", err, EXIT_CONFIG, refused=True)
     # Imported only now: a config or data error above never pays for importing torch.
     from app.launch import JobFailed, partition_lock, partitions_dir
-    from app.limits import check_memory
+    from app.launch.limits import check_memory
     from app.partition.reader import PartitionError
-    from app.tasks import run_task
+    from app.run import run_task
 
     watch_compiles()  # a cold kernel cache: say so, not a silent minute
     try:
@@ -191,7 +191,7 @@ def cli() -> None:
         print(help_text(CONF_DIR), end="")
         sys.exit(0)
     if sys.argv[1:2] == ["report"]:  # reads the MLflow store: not a Hydra run
-        from app.report import main as report
+        from app.tracking.report import main as report
 
         sys.exit(report(sys.argv[2:]))
     run_cli(sys.argv[1:])

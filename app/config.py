@@ -18,8 +18,10 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import II, OmegaConf
 
+from app.model.registry import MODELS
+from app.task.registry import OBJECTIVES
+
 DATASETS = ("synthetic_products", "synthetic_mag", "ogbn_products", "ogbn_mag")
-MODELS = ("sage", "gat", "gcn", "mlp")
 PARTITION_METHODS = ("metis", "random", "stream")
 NODE_ORDERS = ("original", "locality")
 EVAL_MODES = ("layerwise", "sampled")
@@ -27,7 +29,6 @@ SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
 TEMPORAL_STRATEGIES = ("uniform", "last")
 CLUSTER_MODES = ("local", "env", "ssh")
 TASKS = ("train", "partition")
-TRAIN_OBJECTIVES = ("node", "link")
 TRAIN_DEVICES = ("cpu", "cuda", "auto")
 
 
@@ -416,12 +417,12 @@ def validate(cfg: Config) -> Config:
     """Cross-field checks run before any data is touched or any process starts."""
     _choice("task", cfg.task, TASKS)
     _choice("dataset.name", cfg.dataset.name, DATASETS)
-    _choice("model.name", cfg.model.name, MODELS)
+    _choice("model.name", cfg.model.name, tuple(MODELS))
     _choice("partition.method", cfg.partition.method, PARTITION_METHODS)
     _choice("sampler.subgraph_type", cfg.sampler.subgraph_type, SUBGRAPH_TYPES)
     _choice("sampler.temporal_strategy", cfg.sampler.temporal_strategy, TEMPORAL_STRATEGIES)
     _choice("cluster.mode", cfg.cluster.mode, CLUSTER_MODES)
-    _choice("train.objective", cfg.train.objective, TRAIN_OBJECTIVES)
+    _choice("train.objective", cfg.train.objective, tuple(OBJECTIVES))
     _choice("loader.neg_sampling", cfg.loader.neg_sampling, ("binary", "triplet"))
     _choice("model.decoder", cfg.model.decoder, ("dot", "mlp"))
     _choice("train.sparse_optimizer", cfg.train.sparse_optimizer, ("adam", "adagrad"))

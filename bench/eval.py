@@ -58,7 +58,7 @@ def _data(cfg):
 
 
 def _model(cfg, data):
-    from app.model.gnn import build_model
+    from app.model.registry import build_model
 
     return build_model(cfg.model, data.x.size(1), int(data.num_classes))
 
@@ -174,7 +174,7 @@ def _dist_child(rank: int, world: int, ports: tuple[int, int], mode: str, out: s
 
     from app.distributed import DistContext
     from app.distributed.rpc import init_rpc, shutdown_rpc
-    from app.model.gnn import build_model
+    from app.model.registry import build_model
     from app.partition.reader import load_partition
 
     torch.set_num_threads(1)

@@ -79,7 +79,7 @@ def main(reps: int = 3) -> None:
     from torch_geometric.nn import GraphSAGE
 
     from app.config import ModelConfig
-    from app.model.gnn import build_model
+    from app.model.registry import build_model
 
     torch.manual_seed(0)
     data = power_law_graph()

@@ -37,6 +37,7 @@ from app.distributed.event_loop import ConcurrentEventLoop
 from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.graph_store import LocalGraphStore
 from app.distributed.sampler import DistNeighborSampler as _Sampler
+from app.distributed.sampler import SamplerOptions
 
 __all__ = ["DistNeighborSampler"]
 
@@ -65,8 +66,17 @@ class DistNeighborSampler(_Sampler):
                 f"current_ctx={current_ctx!r}: PyG's DistNeighborSampler takes "
                 "(current_ctx, data, num_neighbors, ...); pass a DistContext first"
             )
-        super().__init__(data, num_neighbors, replace, subgraph_type, disjoint,
-                         temporal_strategy, time_attr, **kwargs)  # fmt: skip
+        options = SamplerOptions(
+            num_neighbors,
+            replace=replace,
+            subgraph_type=subgraph_type,
+            disjoint=disjoint,
+            temporal_strategy=temporal_strategy,
+            time_attr=time_attr,
+            attrs=kwargs.get("attrs"),
+            feature_cache_size=kwargs.get("feature_cache_size", 0),
+        )  # PyG's options one by one → the one record our sampler takes
+        super().__init__(data, options=options, router=kwargs.get("router"))
         self.current_ctx = current_ctx
         self.concurrency = concurrency
         self.device = device

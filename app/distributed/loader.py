@@ -161,10 +161,18 @@ class DistLoader:
         if self.ctx is not None and gs.num_partitions > 1:
             router = rpc.RPCRouter.for_context(self.ctx)
         self.sampler = dist_sampler or DistNeighborSampler(
-            self.ctx, (self.feature_store, gs), num_neighbors, replace, subgraph_type, disjoint,
-            temporal_strategy, time_attr, router=router, attrs=attrs,
+            self.ctx,
+            (self.feature_store, gs),
+            num_neighbors=num_neighbors,
+            replace=replace,
+            subgraph_type=subgraph_type,
+            disjoint=disjoint,
+            temporal_strategy=temporal_strategy,
+            time_attr=time_attr,
+            router=router,
+            attrs=attrs,
             feature_cache_size=feature_cache_size,
-        )  # fmt: skip
+        )
         if num_workers and current_ctx is None:
             raise ValueError(f"num_workers={num_workers} needs current_ctx (sampler processes)")
         self._group = self._join_rpc(current_ctx, master_addr, master_port, router,
@@ -176,7 +184,7 @@ class DistLoader:
         self._pool = ThreadPoolExecutor(concurrency) if not self.workers else None
         # batch requests go out from this thread: an RPC call costs the trainer's step ~3 ms
         self._sender = ThreadPoolExecutor(1, "distgnn-send") if self.workers else None
-        self.spec = self.sampler.spec
+        self.options = self.sampler.options  # sent with every batch request
         # sampler processes share this node: features come back through reused /dev/shm slots
         self.ring = BatchRing() if self.workers else None
         self._next_worker = 0
@@ -196,7 +204,7 @@ class DistLoader:
         if not self.workers:
             self.sampler.prepare(self.concurrency)
             return []
-        args, part = (self.spec, self.concurrency), self.ctx.partition_idx
+        args, part = (self.options, self.concurrency), self.ctx.partition_idx
         timeout = PREPARE_TIMEOUTS * self.rpc_timeout
         return [rpc.call_async(w, "prepare_sampler", args, part, timeout) for w in self.workers]
 
@@ -580,7 +588,7 @@ class DistNeighborLoader(DistLoader):
     def _submit(self, index: Tensor, seed: int) -> Any:
         seeds = self.input_nodes[index]
         times = None if self.input_time is None else self.input_time[index]
-        args = (self.spec, seeds, index, self.input_type, seed, times)
+        args = (self.options, seeds, index, self.input_type, seed, times)
         local_args = (seeds, index, self.input_type, seed, None, times)
         return self._dispatch("sample_batch", args, self.sampler.sample_batch, local_args)
 
@@ -700,5 +708,5 @@ class DistLinkNeighborLoader(DistLoader):
         return batch
 
     def _submit(self, index: Tensor, seed: int) -> Any:
-        args = (self.spec, self.make_batch(index, seed), self.mode, seed)
+        args = (self.options, self.make_batch(index, seed), self.mode, seed)
         return self._dispatch("sample_edges", args, self.sampler.sample_edges, args[1:])

@@ -23,9 +23,10 @@ without seed times; see `server`), and a sampler process runs trainers' batches 
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,7 @@ from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 
+from app.config import SamplerConfig
 from app.distributed import endpoints, rpc
 from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.graph_store import LocalGraphStore
@@ -51,8 +53,14 @@ _samplers_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
-class SamplerSpec:
-    """Everything that defines a sampler's behaviour; sent to sampler processes with each batch."""
+class SamplerOptions:
+    """Everything that defines a sampler's behaviour, in one frozen record.
+
+    Built once — from `cfg.sampler` (`from_config`), or where PyG's public `Dist*` façade takes
+    the options one by one — and passed whole by keyword: to `DistNeighborSampler`, and with
+    each batch to the sampler processes (its `key` names their built sampler). `num_neighbors`
+    is stored frozen (tuples; PyG's "src__rel__dst" keys become edge-type tuples).
+    """
 
     num_neighbors: Any  # list[int], or {edge type: list[int]}
     replace: bool = False
@@ -61,7 +69,34 @@ class SamplerSpec:
     temporal_strategy: str = "uniform"
     time_attr: str | None = None
     attrs: tuple[str, ...] | None = None  # node attributes to gather (None: all)
-    cache_rows: int = 0  # halo feature cache rows (0: off)
+    feature_cache_size: int = 0  # halo feature cache rows (0: off)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "num_neighbors", _freeze(self.num_neighbors))
+        if self.attrs is not None:
+            object.__setattr__(self, "attrs", tuple(self.attrs))
+
+    @classmethod
+    def from_config(cls, s: SamplerConfig) -> SamplerOptions:
+        """The options `cfg.sampler` sets (every node attribute gathered)."""
+        return cls(
+            s.num_neighbors,
+            replace=s.replace,
+            subgraph_type=s.subgraph_type,
+            disjoint=s.disjoint,
+            temporal_strategy=s.temporal_strategy,
+            time_attr=s.time_attr,
+            feature_cache_size=s.feature_cache_size,
+        )
+
+    def fanouts(self) -> list[int] | dict[EdgeType, list[int]]:
+        """`num_neighbors` as PyG takes it: a list, or a dict of lists per edge type."""
+        return _thaw(self.num_neighbors)
+
+    def as_kwargs(self) -> dict[str, Any]:
+        """The options as the keyword arguments of PyG's `Dist*Loader` constructors."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {**out, "num_neighbors": self.fanouts()}
 
     def key(self) -> str:
         return repr(self)
@@ -87,61 +122,33 @@ class DistNeighborSampler:
     def __init__(
         self,
         data: tuple[LocalFeatureStore, LocalGraphStore],
-        num_neighbors: Sequence[int] | dict[EdgeType, Sequence[int]],
-        replace: bool = False,
-        subgraph_type: str = "directional",
-        disjoint: bool = False,
-        temporal_strategy: str = "uniform",
-        time_attr: str | None = None,
+        *,
+        options: SamplerOptions,
         router: rpc.RPCRouter | None = None,
-        attrs: Sequence[str] | None = None,
-        feature_cache_size: int = 0,
-        **_: Any,
     ) -> None:
+        o = options
         self.feature_store, self.graph_store = data
-        times_to_graph_store(self.feature_store, self.graph_store, time_attr)
-        if isinstance(num_neighbors, dict):  # accept PyG's "src__rel__dst" keys too
-            num_neighbors = {
-                tuple(k.split("__")) if isinstance(k, str) else tuple(k): list(v)
-                for k, v in num_neighbors.items()
-            }
-        if subgraph_type != "directional":
+        times_to_graph_store(self.feature_store, self.graph_store, o.time_attr)
+        num_neighbors = o.fanouts()
+        if o.subgraph_type != "directional":
             raise ValueError(
-                f"subgraph_type={subgraph_type!r}: the distributed sampler supports 'directional' "
-                "only; use sampler.subgraph_type=directional"
+                f"subgraph_type={o.subgraph_type!r}: the distributed sampler supports "
+                "'directional' only; use sampler.subgraph_type=directional"
             )
-        self.temporal = _check_temporal(self.graph_store, time_attr, temporal_strategy)
-        self.edge_level = self.temporal and time_attr != "time"
-        disjoint = disjoint or self.temporal  # temporal sampling is disjoint, as locally
-        self.spec = SamplerSpec(
-            _freeze(num_neighbors),
-            replace,
-            subgraph_type,
-            disjoint,
-            temporal_strategy,
-            time_attr,
-            None if attrs is None else tuple(attrs),
-            feature_cache_size,
-        )
-        self.replace, self.disjoint, self.strategy = replace, disjoint, temporal_strategy
+        self.temporal = _check_temporal(self.graph_store, o.time_attr, o.temporal_strategy)
+        self.edge_level = self.temporal and o.time_attr != "time"
+        disjoint = o.disjoint or self.temporal  # temporal sampling is disjoint, as locally
+        self.options = dataclasses.replace(o, disjoint=disjoint)
+        self.replace, self.disjoint, self.strategy = o.replace, disjoint, o.temporal_strategy
         self.num_hops = self._check_fanouts(num_neighbors)
         self.num_neighbors = num_neighbors
         self.router = router
         self.feature_store.router = self.feature_store.router or router
-        self.feature_store.use_cache(feature_cache_size, self.graph_store)
+        self.feature_store.use_cache(o.feature_cache_size, self.graph_store)
         self.partition_idx = self.graph_store.partition_idx
         self.stats = HopStats()
         self._free: dict[Any, list[Relabeler]] = {}  # reset relabelers, per node type
         self._free_lock = threading.Lock()
-
-    @classmethod
-    def from_spec(
-        cls, data: tuple[LocalFeatureStore, LocalGraphStore], spec: SamplerSpec, router: Any
-    ) -> DistNeighborSampler:
-        """Rebuild the sampler a trainer described (in the sampler process that serves it)."""
-        return cls(data, _thaw(spec.num_neighbors), spec.replace, spec.subgraph_type, spec.disjoint,
-                   spec.temporal_strategy, spec.time_attr, router, spec.attrs,
-                   spec.cache_rows)  # fmt: skip
 
     def _check_fanouts(self, num_neighbors: Any) -> int:
         gs = self.graph_store
@@ -454,7 +461,7 @@ class DistNeighborSampler:
         return self.feature_store.fetch(e_id.long(), group, ["edge_attr"], cache=False)
 
     def _gather(self, nodes: Tensor, group: Any, alloc: Any) -> dict[str, Tensor]:
-        attrs = self.spec.attrs
+        attrs = self.options.attrs
         if attrs is not None:
             attrs = [a for a in attrs if a in self.feature_store.attr_names(group)]
         return self.feature_store.fetch(nodes, group, attrs, alloc=alloc)
@@ -515,14 +522,14 @@ def _edge_time_hop(
     return nbrs.astype(np.int64, copy=False), epos, counts
 
 
-def sampler_for(spec: SamplerSpec) -> DistNeighborSampler:
-    """This process's sampler for `spec` over the stores it serves (built once, shared by its
-    RPC threads): what the batch endpoints run."""
-    key = spec.key()
+def sampler_for(options: SamplerOptions) -> DistNeighborSampler:
+    """This process's sampler for a trainer's `options` over the stores it serves (built once,
+    shared by its RPC threads): what the batch endpoints run."""
+    key = options.key()
     with _samplers_lock:
         if key not in _samplers:
-            _samplers[key] = DistNeighborSampler.from_spec(
-                endpoints.stores(), spec, endpoints.router()
+            _samplers[key] = DistNeighborSampler(
+                endpoints.stores(), options=options, router=endpoints.router()
             )
         return _samplers[key]
 
@@ -629,6 +636,10 @@ def _thaw(num_neighbors: Any) -> Any:
 
 
 def _freeze(num_neighbors: Any) -> Any:
+    """Fan-outs as nested tuples; PyG's "src__rel__dst" keys become edge-type tuples."""
     if isinstance(num_neighbors, dict):
-        return tuple((tuple(k), tuple(v)) for k, v in num_neighbors.items())
+        return tuple(
+            (tuple(k.split("__")) if isinstance(k, str) else tuple(k), tuple(v))
+            for k, v in num_neighbors.items()
+        )
     return tuple(num_neighbors)

@@ -25,7 +25,7 @@ from app.distributed import endpoints, tensor
 from app.distributed.endpoints import endpoint
 from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.graph_store import LocalGraphStore
-from app.distributed.sampler import hop_stats, local_hop, sampler_for
+from app.distributed.sampler import SamplerOptions, hop_stats, local_hop, sampler_for
 from app.distributed.shm import SlotWriter
 
 _stop = threading.Event()
@@ -58,30 +58,30 @@ def remote_features(group: Any, ids: Tensor, attrs: list[str]) -> dict[str, Tens
 
 @endpoint("sample_batch")
 def remote_sample_batch(
-    spec: Any, seeds: Tensor, input_id: Tensor, input_type: Any, seed: int,
+    options: SamplerOptions, seeds: Tensor, input_id: Tensor, input_type: Any, seed: int,
     seed_time: Tensor | None, slot: str | None,
 ) -> Any:  # fmt: skip
     """A trainer's seed batch → Data / HeteroData with features (runs in a sampler process);
     `seed_time`: one per seed (temporal sampling); with `slot`, the features are written into
     that shared-memory ring slot."""
     alloc = SlotWriter(slot) if slot else None
-    data = sampler_for(spec).sample_batch(seeds, input_id, input_type, seed, alloc, seed_time)
+    data = sampler_for(options).sample_batch(seeds, input_id, input_type, seed, alloc, seed_time)
     return alloc.export(data) if alloc else data
 
 
 @endpoint("prepare_sampler")
-def remote_prepare_sampler(spec: Any, concurrency: int) -> None:
+def remote_prepare_sampler(options: SamplerOptions, concurrency: int) -> None:
     """Build a trainer's sampler and what its first batches need, before it asks for any."""
-    sampler_for(spec).prepare(concurrency)
+    sampler_for(options).prepare(concurrency)
 
 
 @endpoint("sample_edges")
 def remote_sample_edges(
-    spec: Any, batch: dict[str, Tensor], mode: str, seed: int, slot: str | None
+    options: SamplerOptions, batch: dict[str, Tensor], mode: str, seed: int, slot: str | None
 ) -> Any:
     """A trainer's edge batch (positives + negatives) → Data for link prediction."""
     alloc = SlotWriter(slot) if slot else None
-    data = sampler_for(spec).sample_edges(batch, mode, seed, alloc)
+    data = sampler_for(options).sample_edges(batch, mode, seed, alloc)
     return alloc.export(data) if alloc else data
 
 

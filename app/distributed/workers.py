@@ -3,7 +3,7 @@
 One main, two starters. `run_sampler` is the sampler process: load the node's partition
 (memory-mapped), join RPC, answer requests (the endpoints in `server`) until its trainer says
 stop (or is gone, or SIGTERM / SIGINT: then at once), leave RPC, exit. The launcher starts it as a process of the job
-(`app.launch.worker` → `serve`); a hand-launched PyG-style script's loader starts its own
+(`app.launch.worker` → `serve`, named in `app.launch.plan.ROLE_MAINS`); a hand-launched PyG-style script's loader starts its own
 (`join`: forked, as PyG's loader's workers are), and stops them when the last loader
 using them is closed, garbage-collected, or the interpreter exits (atexit) — never an orphan:
 a sampler also leaves by itself once its trainer stops answering pings.
@@ -99,7 +99,8 @@ def run_sampler(
 
 
 def serve(runtime: Runtime, cfg: Config) -> int:
-    """`run_sampler` for a launcher-started process (identity from its `Runtime`)."""
+    """The sampler role's main (`app.launch.plan.ROLE_MAINS`): `run_sampler` with the identity
+    of a launcher-started process (its `Runtime`)."""
     return run_sampler(
         DistContext.from_runtime(runtime),
         runtime.partition_root,

@@ -34,38 +34,41 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.nn.parallel import DistributedDataParallel
 
 from app.inference.view import EDGE, EdgeType, GraphView
 from app.model.gnn import Block, SplitRows, range_start, whole
+from app.model.layerwise import HeteroLayerwiseModel, LayerwiseModel, LayerwiseWrapper
 from app.model.ops import LINE_FLOATS, mark_ids, row_argmax
 
 log = logging.getLogger(__name__)
 
 
+LayerwiseNet = LayerwiseModel | HeteroLayerwiseModel
+
+
 def _bare(model: nn.Module) -> nn.Module:
-    return getattr(model, "module", model)  # DistributedDataParallel wraps the module
+    return model.module if isinstance(model, DistributedDataParallel) else model
 
 
-def _network(model: nn.Module) -> tuple[nn.Module, dict[str, Any]]:
-    """(the GNN with the per-layer API, {node type: embedding rows} of featureless types)."""
+def layerwise_net(model: nn.Module) -> tuple[LayerwiseNet | None, dict[str, Any]]:
+    """(the network that runs layer by layer, or None when `model` has none; {node type:
+    embedding rows} of featureless types): the one check of `app.model.layerwise`'s protocols."""
     bare = _bare(model)
-    if hasattr(bare, "gnn"):  # Hetero{NodeClassifier,LinkPredictor}: GNN + (Dist)NodeEmbeddings
-        tables = getattr(bare.embeddings, "tables", {})
-        return bare.gnn, {t: table.weight for t, table in tables.items()}
-    if hasattr(bare, "encoder"):  # LinkPredictor: the encoder computes the node embeddings
-        return bare.encoder, {}
-    return bare, {}
+    net, rows = bare.layerwise_parts() if isinstance(bare, LayerwiseWrapper) else (bare, {})
+    if isinstance(net, (LayerwiseModel, HeteroLayerwiseModel)):
+        return net, rows
+    return None, rows
 
 
 def supports_layerwise(model: nn.Module) -> bool:
     """Whether `model` has the per-layer API; if not, warns once (one line, naming it)."""
-    net, _ = _network(model)
-    if hasattr(net, "inference_layer"):
+    if layerwise_net(model)[0] is not None:
         return True
     log.warning(
         "%s has no per-layer forward (inference_layer): evaluating with sampled neighbourhoods "
         "(train.eval_mode=sampled)",
-        type(net).__name__,
+        type(_bare(model)).__name__,
     )
     return False
 
@@ -73,7 +76,7 @@ def supports_layerwise(model: nn.Module) -> bool:
 class _Homogeneous:
     """The typed calls of the algorithm on a homogeneous model (one node and edge type)."""
 
-    def __init__(self, net: nn.Module) -> None:
+    def __init__(self, net: LayerwiseModel) -> None:
         self.net = net
 
     def edge_types(self, layer: int, types: set[str]) -> list[EdgeType]:
@@ -83,8 +86,7 @@ class _Homogeneous:
         """The net's `inference_projection(layer)`: `(W_root, W_neigh)` when the layer reads
         `h`'s projections instead of `h`. The last layer's get zero rows up to whole cache
         lines (`_padded`): its output is final, so nothing reads the extra columns."""
-        projection = getattr(self.net, "inference_projection", None)
-        weights = None if projection is None else projection(layer)
+        weights = self.net.inference_projection(layer)
         last = layer == self.net.num_inference_layers - 1
         return _padded(weights) if weights is not None and last else weights
 
@@ -116,7 +118,7 @@ def _padded(weights: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
 
 
 class _Heterogeneous:
-    def __init__(self, net: nn.Module) -> None:
+    def __init__(self, net: HeteroLayerwiseModel) -> None:
         self.net = net
 
     def edge_types(self, layer: int, types: set[str]) -> list[EdgeType]:
@@ -352,9 +354,11 @@ class _Run:
     ) -> None:
         if chunk_size <= 0:
             raise ValueError(f"chunk_size={chunk_size}: must be > 0 (train.eval_chunk_size)")
-        net, embeddings = _network(model)
-        if not hasattr(net, "inference_layer"):
-            raise TypeError(f"{type(net).__name__} has no per-layer forward (inference_layer)")
+        net, embeddings = layerwise_net(model)
+        kind = HeteroLayerwiseModel if view.is_hetero else LayerwiseModel
+        if not isinstance(net, kind):
+            name = type(_bare(model) if net is None else net).__name__
+            raise TypeError(f"{name} has no per-layer forward (a {kind.__name__})")
         self.net, self.view, self.chunk = net, view, chunk_size
         self.typed = _Heterogeneous(net) if view.is_hetero else _Homogeneous(net)
         extra = {t: w for t, w in embeddings.items() if t not in view.inputs}
@@ -444,7 +448,7 @@ class _Run:
         return layer + 1 < self.net.num_inference_layers
 
     def _degrees(self) -> dict[EdgeType, Tensor]:
-        if not getattr(self.net, "needs_degree", False):
+        if not self.net.needs_degree:
             return {}
         return {
             et: whole(self._read(table, et[0])).view(-1).to(self.device)

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
+from app.contract import EVAL_SPLITS
 from app.distributed.context import DistContext
 from app.distributed.tensor import DistTensor, shard_ids, unregister
 from app.model.ops import group_by
@@ -31,7 +32,6 @@ from app.partition.reader import PartitionData
 
 NODE = "_N"
 EDGE = (NODE, "_E", NODE)
-SPLITS = ("val", "test")
 EdgeType = tuple[str, str, str]
 _ROUNDS = itertools.count()  # distinct DistTensor names per evaluation (same order on all ranks)
 
@@ -170,7 +170,8 @@ def _labels(store: Any) -> Tensor:
 def _mask_ids(store: Any) -> dict[str, Tensor]:
     empty = torch.empty(0, dtype=torch.long)
     return {
-        s: store[f"{s}_mask"].nonzero().view(-1) if f"{s}_mask" in store else empty for s in SPLITS
+        s: store[f"{s}_mask"].nonzero().view(-1) if f"{s}_mask" in store else empty
+        for s in EVAL_SPLITS
     }
 
 
@@ -306,7 +307,7 @@ def _set_labels(
     if labelled:
         view.labels = feats[target]["feats"]["y"].view(-1)[share[target]]
     empty = torch.empty(0, dtype=torch.long)
-    for split in SPLITS:
+    for split in EVAL_SPLITS:
         ids = part.seeds.get(split, empty)
         if isinstance(ids, dict):
             ids = ids.get(target, empty)

@@ -56,7 +56,7 @@ def _pipeline() -> None:
     from app.config import DatasetConfig
     from app.dataset.synthetic import generate_products, to_data
     from app.distributed.feature_store import gather_rows
-    from app.distributed.sampler import DistNeighborSampler
+    from app.distributed.sampler import DistNeighborSampler, SamplerOptions
     from app.distributed.server import load_stores
     from app.loader import NeighborLoader
     from app.model.ops import numba_cpu
@@ -73,7 +73,7 @@ def _pipeline() -> None:
         partition_graph(data, Path(tmp, "two"), 2, method="metis", relabel=True, order="locality")
         partition_graph(data, Path(tmp, "one"), 1, method="random")
         fs, gs = load_stores(str(Path(tmp, "one")), 0)
-        sampler = DistNeighborSampler((fs, gs), [3, 2])
+        sampler = DistNeighborSampler((fs, gs), options=SamplerOptions([3, 2]))
         sampler.prepare(1)
         seeds = torch.arange(8)
         sampler.sample_batch(seeds, seeds)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["JobFailed", "PARENT_RUN_ENV", "partition_lock", "partitions_dir", "run_job"]
+__all__ = ["JobFailed", "partition_lock", "partitions_dir", "run_job"]
 
 
 def __getattr__(name: str) -> Any:

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from app.config import Config, ConfigError, heartbeat_timeout_s, save_config
+from app.contract import CONFIG_FILE, PARENT_RUN_ENV, RESULT_FILE, RUN_ID_FILE
 from app.fsutil import file_lock, remove_orphaned_temps
 from app.jit.warm import ensure_warm
 from app.launch.orphans import (
@@ -43,13 +44,10 @@ from app.launch.spawn import JobFailed, die_with_parent, run_procs
 from app.task.device import gpus_shared, trainers_per_machine
 from app.tracking.progress import phase
 
-__all__ = ["JobFailed", "PARENT_RUN_ENV", "run_job"]
+__all__ = ["JobFailed", "run_job"]
 
 log = logging.getLogger("distgnn")
 
-PARENT_RUN_ENV = "DISTGNN_MLFLOW_PARENT_RUN_ID"
-RESULT_FILE = "result.json"
-RUN_ID_FILE = "mlflow_run_id"
 ERROR_TAG_CHARS = 4000
 PARTITION_LOCK_TIMEOUT_S = 4 * 3600.0
 
@@ -102,19 +100,19 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
         (job_dir / stale).unlink(missing_ok=True)
     remove_orphaned_temps(job_dir)  # a resumed job dir: those of an earlier, killed job
     extra = {PARENT_RUN_ENV: parent_run_id} if parent_run_id else {}
-    ports = plan_ports(cfg, os.environ)  # also checks the env / ssh cluster description
+    ports = plan_ports(cfg.cluster, os.environ)  # also checks the env / ssh cluster description
     check_partition_root(cfg)
     with phase("partition"), disk_full_as_one_line(partitions_dir(cfg)):
         partition_root = prepare_partition(cfg)
     with phase("verify partition"):
-        verify_for_job(cfg, partition_root)  # before any child: a corrupt file is one line
+        verify_for_job(cfg.cluster, partition_root)  # before any child: a corrupt file is one line
     plan = plan_job(cfg, job_dir, partition_root, ports, extra_env=extra)
-    check_ports_free(cfg, plan)
+    check_ports_free(cfg.cluster, plan)
     with phase("kernels"):  # cold cache: compile here once, not in every child at once
         ensure_warm()
     if isinstance(plan, EnvPlan):
         die_with_parent()  # torchrun / srun killed: take this node's share down with it
-    save_config(cfg, job_dir / "config.yaml")
+    save_config(cfg, job_dir / CONFIG_FILE)
     log.info(
         "job %s: %d processes on this machine (%s), ddp port %d, rpc port %d",
         job_dir.name,

@@ -21,13 +21,13 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+from app.contract import RUN_ID_FILE
 from app.fsutil import write_text_atomic
 from app.tracking.redact import redact_text
 
 log = logging.getLogger("distgnn")
 
 PID_FILE = "launcher.pid"
-RUN_ID_FILE = "mlflow_run_id"
 JOB_GLOBS = ("runs/*", "multirun/*/*")
 KILLED_ERROR = "launcher killed (SIGKILL or a crash of its machine): found by a later job"
 

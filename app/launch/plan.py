@@ -31,13 +31,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.config import Config, ConfigError, check_remote, heartbeat_timeout_s
+from app.config import ClusterConfig, Config, ConfigError, check_remote, heartbeat_timeout_s
+from app.contract import CONFIG_FILE
 from app.launch.heartbeat import heartbeat_env
 from app.netutil import loopback_ifname_env
 from app.runtime import Runtime
 from app.threads import available_cores
 
 WORKER_MODULE = "app.launch.worker"
+# Each role's main, `(Runtime, Config) -> exit code`, named as a string (`app.entrypoint`): the
+# worker resolves it, so the launcher imports nothing from the rooms above it.
+ROLE_MAINS = {
+    "trainer": "app.train.distributed:trainer_main",
+    "sampler": "app.distributed.workers:serve",
+}
 LOCALHOST = "127.0.0.1"
 
 
@@ -155,10 +162,10 @@ def _int_env(env: Mapping[str, str], key: str) -> int:
         raise ConfigError(f"{key}={env[key]!r} is not an integer") from None
 
 
-def read_env_cluster(cfg: Config, env: Mapping[str, str]) -> EnvCluster:
+def read_env_cluster(c: ClusterConfig, env: Mapping[str, str]) -> EnvCluster:
     """torchrun's or SLURM's view of the cluster, checked against `cluster.num_nodes`."""
-    ec = _env_cluster(cfg, env)
-    n = cfg.cluster.num_nodes
+    ec = _env_cluster(c, env)
+    n = c.num_nodes
     if ec.num_nodes != n:
         raise ConfigError(
             f"cluster.num_nodes={n} but {ec.source} started {ec.num_nodes} nodes: "
@@ -166,11 +173,11 @@ def read_env_cluster(cfg: Config, env: Mapping[str, str]) -> EnvCluster:
         )
     if not 0 <= ec.node_rank < n:
         raise ConfigError(f"node rank {ec.node_rank} from {ec.source} not in [0, {n})")
-    check_remote(ec.master_addr, f"MASTER_ADDR from {ec.source}", cfg.cluster)
+    check_remote(ec.master_addr, f"MASTER_ADDR from {ec.source}", c)
     return ec
 
 
-def _env_cluster(cfg: Config, env: Mapping[str, str]) -> EnvCluster:
+def _env_cluster(c: ClusterConfig, env: Mapping[str, str]) -> EnvCluster:
     """Node rank, node count, master address and base port from torchrun's or SLURM's env."""
     if any(k in env for k in ("GROUP_RANK", "NODE_RANK", "RANK")):
         if env.get("LOCAL_WORLD_SIZE", "1") != "1":
@@ -191,7 +198,7 @@ def _env_cluster(cfg: Config, env: Mapping[str, str]) -> EnvCluster:
             source="torchrun",
         )
     if "SLURM_NODEID" in env:
-        base = _int_env(env, "MASTER_PORT") if "MASTER_PORT" in env else cfg.cluster.master_port
+        base = _int_env(env, "MASTER_PORT") if "MASTER_PORT" in env else c.master_port
         if base <= 0:
             raise ConfigError(
                 "cluster.master_port=0 and MASTER_PORT unset: under SLURM set one "
@@ -231,25 +238,25 @@ def read_ip_config(path: str | os.PathLike, num_nodes: int) -> list[tuple[str, i
     return rows[:num_nodes]
 
 
-def plan_ports(cfg: Config, env: Mapping[str, str]) -> Ports:
+def plan_ports(c: ClusterConfig, env: Mapping[str, str]) -> Ports:
     """Decide the job's ports once, by mode (see the module docstring)."""
-    mode = cfg.cluster.mode
+    mode = c.mode
     if mode == "env":
-        base = read_env_cluster(cfg, env).base_port
+        base = read_env_cluster(c, env).base_port
         return Ports(ddp=base + 1, rpc=base + 2)
     if mode == "ssh":
-        rows = read_ip_config(cfg.cluster.ip_config or "", cfg.cluster.num_nodes)
+        rows = read_ip_config(c.ip_config or "", c.num_nodes)
         for host, _ in rows:
-            check_remote(host, f"host {host!r} in cluster.ip_config", cfg.cluster)
+            check_remote(host, f"host {host!r} in cluster.ip_config", c)
         port = rows[0][1]
-        base = cfg.cluster.master_port or port
+        base = c.master_port or port
         if not base:
             raise ConfigError(
                 "ssh mode: no port on the first cluster.ip_config line and cluster.master_port=0"
             )
         return Ports(ddp=base, rpc=base + 1)
-    if cfg.cluster.master_port:
-        return Ports(ddp=cfg.cluster.master_port, rpc=cfg.cluster.master_port + 1)
+    if c.master_port:
+        return Ports(ddp=c.master_port, rpc=c.master_port + 1)
     ddp, rpc = free_ports(2)
     return Ports(ddp=ddp, rpc=rpc)
 
@@ -385,12 +392,12 @@ def plan_job(
         extra_env: more variables for every child (e.g. the MLflow parent run id).
     """
     env = os.environ if environ is None else environ
-    ports = ports or plan_ports(cfg, env)
+    ports = ports or plan_ports(cfg.cluster, env)
     cores = cores or available_cores()
     job_dir = Path(job_dir).resolve()
     paths = {
         "job_dir": str(job_dir),
-        "config_path": str(job_dir / "config.yaml"),
+        "config_path": str(job_dir / CONFIG_FILE),
         "partition_root": str(Path(partition_root).resolve()),
     }
     extra = dict(extra_env or {})
@@ -398,7 +405,7 @@ def plan_job(
     n = cfg.cluster.num_nodes
     fixed = cfg.cluster.threads_per_proc
     if cfg.cluster.mode == "env":
-        ec = read_env_cluster(cfg, env)
+        ec = read_env_cluster(cfg.cluster, env)
         nodes = [(ec.node_rank, socket.gethostname())]
         threads = fixed or cores // per_node
         procs = _specs(cfg, nodes, ports, paths, threads, python, ec.master_addr, extra)

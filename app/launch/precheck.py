@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from app.config import Config, ConfigError
+from app.config import ClusterConfig, Config, ConfigError
 from app.fsutil import free_mib, is_write_failure
 from app.launch.plan import EnvPlan, LocalPlan, Ports, ProcessPlan
 from app.partition.reader import META_FILE, PartitionError, read_meta, verify_partition
@@ -56,9 +56,9 @@ def check_partition_root(cfg: Config) -> None:
         )
 
 
-def verify_for_job(cfg: Config, root: Path) -> None:
+def verify_for_job(c: ClusterConfig, root: Path) -> None:
     """Every file's checksum and the features' finiteness, once per partition (marker)."""
-    verify_partition(root, cfg.cluster.num_nodes)
+    verify_partition(root, c.num_nodes)
 
 
 @contextmanager
@@ -96,29 +96,29 @@ def _bindable(addr: str, port: int) -> bool:
             return False
 
 
-def check_ports_free(cfg: Config, plan: ProcessPlan) -> None:
+def check_ports_free(c: ClusterConfig, plan: ProcessPlan) -> None:
     """A fixed port already in use fails here, not after the children started.
 
     Checked where this machine is the one that listens: local mode, and node 0 in env mode.
     Free ports picked by the launcher (`cluster.master_port=0`) were free a moment ago.
     """
-    if not cfg.cluster.master_port and isinstance(plan, LocalPlan):
+    if not c.master_port and isinstance(plan, LocalPlan):
         return
     if isinstance(plan, EnvPlan) and plan.node_rank != 0:
         return
     if not isinstance(plan, LocalPlan | EnvPlan):
         return
     addr = plan.procs[0].runtime.master_addr if plan.procs else "127.0.0.1"
-    _check_ports(cfg, addr, plan.ports)
+    _check_ports(c, addr, plan.ports)
 
 
-def _check_ports(cfg: Config, addr: str, ports: Ports) -> None:
+def _check_ports(c: ClusterConfig, addr: str, ports: Ports) -> None:
     bind_addr = addr if _is_local_addr(addr) else ""
     for what, port in (("ddp", ports.ddp), ("rpc", ports.rpc)):
         if not _bindable(bind_addr, port):
             raise ConfigError(
                 f"port {port} ({what}) on {addr} is busy: choose another cluster.master_port "
-                f"(now {cfg.cluster.master_port}; the job uses it and the next one), or 0 "
+                f"(now {c.master_port}; the job uses it and the next one), or 0 "
                 "for free ports (local mode)"
             )
 

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from app.interrupt import TERMINATED, check_terminated
 from app.launch import heartbeat
 from app.launch.heartbeat import HeartbeatWatch
+from app.launch.interrupt import TERMINATED, check_terminated
 from app.launch.peers import PeerWatch
 from app.launch.plan import ProcSpec
 from app.launch.worker import ERROR_MARK

@@ -2,8 +2,8 @@
 
 Identity comes from `Runtime.from_env()` (set once by the launcher), the config from the file
 the launcher wrote. Dispatch by role: a sampler serves its partition over RPC until the job
-shuts down; a trainer runs `app.tasks.run_trainer` (training sits above the launcher, which
-imports nothing from `app.train`). Output goes to stdout/stderr, which the launcher copies
+shuts down; a trainer trains. Each role's main is named by `app.launch.plan.ROLE_MAINS` as a
+`module:function` string, so the launcher imports nothing from the rooms above it. Output goes to stdout/stderr, which the launcher copies
 into `<job_dir>/logs/<name>.log`; on failure the full traceback is logged and the last line is
 a one-line error, so the launcher's `JobFailed` shows it. SIGTERM becomes KeyboardInterrupt
 so `finally` blocks (RPC, process group, MLflow run) still run; SIGINT means what SIGTERM
@@ -55,22 +55,13 @@ def setup_logging(runtime: Runtime) -> None:
 def run(runtime: Runtime) -> int:
     """Load the job's config and run this process's role; return the exit code."""
     from app.config import load_config
+    from app.entrypoint import resolve
+    from app.launch.plan import ROLE_MAINS
 
     cfg = load_config(runtime.config_path)
-    if runtime.role == "sampler":
-        from app.distributed.context import DistContext
-        from app.distributed.workers import run_sampler
-
-        return run_sampler(
-            DistContext.from_runtime(runtime), runtime.partition_root, runtime.master_addr,
-            runtime.rpc_port, cfg.sampler.rpc_timeout_s, cfg.cluster.init_timeout_s,
-        )  # fmt: skip
-    if runtime.role == "trainer":
-        from app.tasks import run_trainer
-
-        run_trainer(runtime, cfg)
-        return 0
-    raise ValueError(f"DISTGNN_ROLE={runtime.role!r}: expected trainer or sampler")
+    if runtime.role not in ROLE_MAINS:
+        raise ValueError(f"DISTGNN_ROLE={runtime.role!r}: expected one of {', '.join(ROLE_MAINS)}")
+    return resolve(ROLE_MAINS[runtime.role])(runtime, cfg)
 
 
 def main() -> int:

@@ -430,6 +430,19 @@ class SampledGNN(nn.Module):
             for i in range(num_layers)
         )
 
+    @classmethod
+    def from_config(cls, cfg: ModelConfig, in_channels: int, out_channels: int) -> SampledGNN:
+        """The `model.name=sage|gcn|gat` builder (`app.model.registry`)."""
+        return cls(
+            cfg.name,
+            in_channels,
+            cfg.hidden_channels,
+            out_channels,
+            cfg.num_layers,
+            cfg.dropout,
+            cfg.heads,
+        )
+
     def _layer(self, cin: int, cout: int, heads: int, last: bool) -> nn.Module:
         if self.kind == "sage":
             return SAGELayer(cin, cout)
@@ -517,12 +530,21 @@ class MLP(nn.Module):
         self.dropout = dropout
         self.needs_degree = False
 
+    @classmethod
+    def from_config(cls, cfg: ModelConfig, in_channels: int, out_channels: int) -> MLP:
+        """The `model.name=mlp` builder (`app.model.registry`)."""
+        return cls(in_channels, cfg.hidden_channels, out_channels, cfg.num_layers, cfg.dropout)
+
     @property
     def num_inference_layers(self) -> int:
         return len(self.lins)
 
     def inference_width(self, layer: int) -> int:
         return self.lins[layer].out_features
+
+    def inference_projection(self, layer: int) -> None:
+        """No layer reads projections: a linear layer reads its own row only."""
+        return None
 
     def inference_layer(
         self, layer: int, h_src: Tensor, block: Block, out: Tensor | None = None
@@ -545,22 +567,3 @@ class MLP(nn.Module):
             if i < len(self.lins) - 1:
                 h = ops.dropout(F.relu(h), self.dropout, self.training)
         return h
-
-
-def build_model(cfg: ModelConfig, in_channels: int, out_channels: int) -> nn.Module:
-    """The homogeneous model named by `cfg.name` (sage | gcn | gat | mlp)."""
-    if in_channels <= 0 or out_channels <= 0:
-        raise ValueError(f"in_channels={in_channels}, out_channels={out_channels}: must be > 0")
-    if cfg.name == "mlp":
-        return MLP(in_channels, cfg.hidden_channels, out_channels, cfg.num_layers, cfg.dropout)
-    if cfg.name in ("sage", "gcn", "gat"):
-        return SampledGNN(
-            cfg.name,
-            in_channels,
-            cfg.hidden_channels,
-            out_channels,
-            cfg.num_layers,
-            cfg.dropout,
-            cfg.heads,
-        )
-    raise ValueError(f"model.name={cfg.name!r}: expected one of sage, gcn, gat, mlp")

@@ -17,6 +17,7 @@ inputs)` computes one chunk of targets of one type from `{edge type: (source row
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import torch
@@ -231,11 +232,19 @@ class NodeEmbeddings:
 
 class InputRows(Protocol):
     """Anything that adds the featureless types' input rows (`NodeEmbeddings`, distributed
-    tables) to a batch's `x_dict`, given every type's global node ids."""
+    tables) to a batch's `x_dict`, given every type's global node ids; `tables` holds each
+    type's rows (a `.weight` each), which layer-wise inference reads whole."""
+
+    tables: Mapping[str, Any]
 
     def fill(
         self, x_dict: dict[str, Tensor], n_id_dict: dict[str, Tensor]
     ) -> dict[str, Tensor]: ...
+
+
+def embedding_rows(embeddings: InputRows) -> dict[str, Tensor]:
+    """{node type: its whole table} of `embeddings` (what layer-wise inference reads)."""
+    return {t: table.weight for t, table in embeddings.tables.items()}
 
 
 def hetero_inputs(
@@ -258,6 +267,10 @@ class HeteroNodeClassifier(nn.Module):
         super().__init__()
         self.gnn, self.target = gnn, target
         self.__dict__["embeddings"] = embeddings  # bypass nn.Module registration
+
+    def layerwise_parts(self) -> tuple[HeteroSAGE, dict[str, Tensor]]:
+        """`LayerwiseWrapper`: the GNN and the embedding rows of featureless types."""
+        return self.gnn, embedding_rows(self.embeddings)
 
     def forward(self, batch: HeteroData) -> Tensor:
         x_dict, nodes, edges = hetero_inputs(batch, self.embeddings)

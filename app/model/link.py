@@ -21,15 +21,16 @@ from typing import Any
 from torch import Tensor, nn
 from torch_geometric.data import Data, HeteroData
 
-from app.model.gnn import SampledGNN
 from app.model.hetero import (
     EdgeType,
     HeteroSAGE,
     InputRows,
     Metadata,
     check_hetero_model,
+    embedding_rows,
     hetero_inputs,
 )
+from app.model.registry import build_model
 
 DECODERS = ("dot", "mlp")
 
@@ -80,6 +81,10 @@ class LinkPredictor(nn.Module):
         self.encoder, self.decoder = encoder, decoder
         self.edge_type = None
 
+    def layerwise_parts(self) -> tuple[nn.Module, dict[str, Tensor]]:
+        """`LayerwiseWrapper`: the encoder computes the node embeddings."""
+        return self.encoder, {}
+
     def forward(self, batch: Data, pairs: Pairs | None = None) -> tuple[Tensor, ...]:
         nodes, edges = _hop_counts(batch)
         z = self.encoder(batch.x, batch.edge_index, nodes, edges)
@@ -107,6 +112,10 @@ class HeteroLinkPredictor(nn.Module):
         self.__dict__["embeddings"] = embeddings
         self.edge_type = tuple(edge_type)
 
+    def layerwise_parts(self) -> tuple[HeteroSAGE, dict[str, Tensor]]:
+        """`LayerwiseWrapper`: the GNN and the embedding rows of featureless types."""
+        return self.gnn, embedding_rows(self.embeddings)
+
     def forward(self, batch: HeteroData, pairs: Pairs | None = None) -> tuple[Tensor, ...]:
         x_dict, nodes, edges = hetero_inputs(batch, self.embeddings)
         z = self.gnn(x_dict, batch.edge_index_dict, nodes, edges)
@@ -122,11 +131,9 @@ class HeteroLinkPredictor(nn.Module):
 def build_link_predictor(cfg: Any, in_channels: int) -> LinkPredictor:
     """Homogeneous link model from `cfg.model` (decoder: `model.decoder`, default `dot`)."""
     m = cfg.model
-    if m.name not in ("sage", "gcn", "gat"):
-        raise ValueError(f"model.name={m.name!r}: link prediction needs a GNN (sage, gcn, gat)")
-    encoder = SampledGNN(
-        m.name, in_channels, m.hidden_channels, m.hidden_channels, m.num_layers, m.dropout, m.heads
-    )
+    if m.name == "mlp":
+        raise ValueError(f"model.name={m.name!r}: link prediction needs a GNN (not mlp)")
+    encoder = build_model(m, in_channels, m.hidden_channels)
     return LinkPredictor(encoder, Decoder(m.decoder, m.hidden_channels))
 
 

@@ -23,9 +23,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from app.contract import SPLITS
 from app.fsutil import torch_save_atomic
-
-SPLITS = ("train", "val", "test")
 
 
 def _base(root: Path) -> tuple[Path, str]:

@@ -53,6 +53,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from app.contract import SPLITS
 from app.dataset.chunked import CHUNK_EDGES, CHUNK_NODES, Buckets, ChunkedGraph
 from app.partition.order import MAX_SIZE, SWEEPS
 from app.partition.reader import (
@@ -65,7 +66,6 @@ from app.partition.reader import (
     read_meta,
 )
 from app.partition.writer import (
-    SPLITS,
     PartitionMeta,
     _install,
     _relabel,

@@ -79,6 +79,7 @@ from torch import Tensor
 from torch_geometric.data import HeteroData
 from tqdm import tqdm
 
+from app.contract import SPLITS
 from app.fsutil import pid_alive
 from app.partition.assign import assign_nodes, symmetric_csr
 from app.partition.order import locality_key
@@ -95,7 +96,6 @@ from app.partition.reader import (
 
 log = logging.getLogger("distgnn")
 
-SPLITS = ("train", "val", "test")
 NodeKey = str | None  # None: the single node type of a homogeneous graph
 EdgeKey = tuple[str, str, str] | None
 

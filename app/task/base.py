@@ -26,10 +26,11 @@ import torch
 from torch import nn
 
 from app.config import Config
+from app.contract import SPLITS
 from app.task.device import DeviceLoader
 from app.task.evaluate import Evaluator, choose_evaluator
 from app.task.optim import Optimizers
-from app.task.source import SPLITS, GraphSource
+from app.task.source import GraphSource
 from app.task.step import StepResult
 from app.task.tables import Tables
 

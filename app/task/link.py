@@ -22,10 +22,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.data import HeteroData
 
+from app.contract import SPLITS
 from app.model.hetero import check_hetero_model
 from app.model.link import build_hetero_link_predictor, build_link_predictor
 from app.task.base import Task
-from app.task.source import SPLITS, loader_seed
+from app.task.source import loader_seed
 from app.task.step import StepResult
 
 

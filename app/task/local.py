@@ -10,7 +10,7 @@ from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
 from app.config import Config
-from app.partition.link import link_split, link_type
+from app.dataset.link_split import link_split, link_type
 from app.task.device import resolve_device
 from app.task.source import EdgeType, GraphSource, Schema, eval_cap
 from app.task.tables import LocalTables, Tables

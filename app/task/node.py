@@ -13,8 +13,8 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from app.model.gnn import build_model
 from app.model.hetero import build_hetero_classifier
+from app.model.registry import build_model
 from app.task.base import Task
 from app.task.step import StepResult, counts_of
 

@@ -10,6 +10,7 @@ the same model. The first loader joins the job's RPC group.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
@@ -18,10 +19,11 @@ from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
 from app.config import Config
+from app.dataset.link_split import HETERO_LINK_TYPE
 from app.distributed.context import DistContext
 from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.graph_store import LocalGraphStore
-from app.partition.link import HETERO_LINK_TYPE, load_held_out
+from app.partition.link import load_held_out
 from app.partition.reader import load_partition, load_partition_book
 from app.runtime import Runtime
 from app.task.device import trainer_device
@@ -97,23 +99,25 @@ class PartitionSource(GraphSource):
         cap = eval_cap(self.cfg)
         return edge_type, share[:, :cap] if cap else share
 
-    def _common(self, split: str) -> dict[str, Any]:
+    def _common(self, split: str, temporal: bool) -> dict[str, Any]:
+        """The loaders' arguments: the sampler's options (`SamplerOptions`, from `cfg.sampler`;
+        `temporal=False` drops `time_attr`, as link loaders take none), RPC, batching."""
+        from app.distributed.sampler import SamplerOptions
+
         rt, cfg = self.runtime, self.cfg
         s = cfg.sampler
+        options = SamplerOptions.from_config(s)
+        if not temporal:
+            options = dataclasses.replace(options, time_attr=None)
         return dict(
-            num_neighbors=s.num_neighbors,
             current_ctx=DistContext.from_runtime(rt),
             num_workers=cfg.loader.num_workers,
             concurrency=s.concurrency,
-            replace=s.replace,
-            subgraph_type=s.subgraph_type,
-            disjoint=s.disjoint,
-            temporal_strategy=s.temporal_strategy,
             master_addr=rt.master_addr,
             master_port=rt.rpc_port,
             rpc_timeout=s.rpc_timeout_s,
             init_timeout=cfg.cluster.init_timeout_s,
-            feature_cache_size=s.feature_cache_size,
+            **options.as_kwargs(),
             **self.batch_args(split),
         )
 
@@ -123,8 +127,7 @@ class PartitionSource(GraphSource):
         loader = DistNeighborLoader(
             self.stores,
             input_nodes=seeds if node_type is None else (node_type, seeds),
-            time_attr=self.cfg.sampler.time_attr,
-            **self._common(split),
+            **self._common(split, temporal=True),
         )
         self.loaders.append(loader)
         return loader
@@ -139,7 +142,7 @@ class PartitionSource(GraphSource):
             edge_label_index=edges if edge_type is None else (edge_type, edges),
             neg_sampling=mode,
             neg_sampling_ratio=ratio,
-            **self._common(split),
+            **self._common(split, temporal=False),
         )
         self.loaders.append(loader)
         return loader

@@ -28,7 +28,6 @@ from torch import Tensor, nn
 from app.config import Config
 from app.task.tables import Tables
 
-SPLITS = ("train", "val", "test")
 EdgeType = tuple[str, str, str]
 
 

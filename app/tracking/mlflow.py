@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from app.config import ConfigError
+from app.contract import RUN_ID_FILE, RUN_INFO_FILE
 from app.fsutil import DiskFullError, file_lock, is_write_failure, write_text_atomic
 from app.tracking import partition_stats, plots, store_template
 from app.tracking.naming import job_overrides
@@ -54,8 +55,6 @@ PARENT_TAG = "mlflow.parentRunId"
 LOCK_TIMEOUT_S = 120.0
 # MLflow 3's UI opens experiments by kind; without this tag it infers one and may pick GenAI.
 KIND_TAG, KIND_TRAINING = "mlflow.experimentKind", "custom_model_development"
-RUN_ID_FILE = "mlflow_run_id"  # in the job dir: the run a job logged to (read by summaries)
-RUN_INFO_FILE = "mlflow_run.json"  # in the job dir: run id and name, experiment id, store
 CURVES_PNG = "learning_curves.png"
 
 

@@ -4,7 +4,7 @@ A job's row comes from its job dir (`result.json`, `mlflow_run_id`) or from its 
 table has one row per job, a column per override that differs between the jobs, the final
 metrics and the wall time, and marks the best job by the monitored metric (`train.monitor`).
 The same rows print on the launcher's console (`format_table(..., "md")`), go into the sweep's
-parent run, and come back from the store with `python -m app report` (app/report.py).
+parent run, and come back from the store with `python -m app report` (app/tracking/report.py).
 """
 
 from __future__ import annotations
@@ -20,13 +20,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from app.tracking.mlflow import RUN_ID_FILE, RUN_INFO_FILE
+from app.contract import RESULT_FILE, RUN_ID_FILE, RUN_INFO_FILE
 from app.tracking.progress import phases_line
 from app.tracking.redact import redact_text
 
 log = logging.getLogger("distgnn")
 
-RESULT_FILE = "result.json"
 UI_ADDRESS = "http://127.0.0.1:5000"
 # A sweep job's wall time (launcher's view), a tag on its run so `report` shows the table's
 # time (a tag: as a one-value metric it would be a bar chart among the per-epoch curves).

@@ -27,6 +27,7 @@ from typing import Any
 import torch.distributed as dist
 
 from app.config import Config
+from app.contract import PARENT_RUN_ENV, RESULT_FILE
 from app.distributed.context import DistContext
 from app.distributed.workers import shutdown
 from app.fsutil import write_text_atomic
@@ -41,8 +42,6 @@ from app.train.loop import FitOptions, fit
 
 log = logging.getLogger("distgnn.train")
 
-PARENT_RUN_ENV = "DISTGNN_MLFLOW_PARENT_RUN_ID"
-RESULT_FILE = "result.json"
 COLLECTIVE_TIMEOUT_S = 1800.0
 
 
@@ -137,6 +136,12 @@ def _log_shares(runtime: Runtime, loaders: dict[str, Any]) -> None:
     share = {s: int(ld._num_inputs()) for s, ld in loaders.items()}
     share["batches"] = len(loaders["train"])
     log.info("%s seeds %s", runtime.name, json.dumps(share))
+
+
+def trainer_main(runtime: Runtime, cfg: Config) -> int:
+    """The trainer role's main (`app.launch.plan.ROLE_MAINS`): train, exit code 0."""
+    train_distributed(runtime, cfg)
+    return 0
 
 
 def train_distributed(runtime: Runtime, cfg: Config) -> dict[str, float]:

@@ -15,10 +15,10 @@ import numpy as np
 import torch
 
 from app.config import Config
+from app.contract import RESULT_FILE
 from app.fsutil import write_text_atomic
 from app.tracking.mlflow import Tracker, make_tracker
 from app.tracking.progress import phase
-from app.tracking.summary import RESULT_FILE
 from app.train.loop import FitOptions, fit
 
 log = logging.getLogger("distgnn.train")

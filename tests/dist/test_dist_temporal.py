@@ -71,7 +71,7 @@ def test_temporal_equals_local_sampling(tmp_path):
 
 
 def test_partition_without_times_refuses_temporal_sampling(tmp_path):
-    from app.distributed.sampler import DistNeighborSampler
+    from app.distributed.sampler import DistNeighborSampler, SamplerOptions
     from app.distributed.server import load_stores
     from app.partition.writer import partition_graph
 
@@ -81,10 +81,10 @@ def test_partition_without_times_refuses_temporal_sampling(tmp_path):
     assert not (tmp_path / "part" / "node_time.pt").exists()
     stores = load_stores(str(tmp_path / "part"), 0)
     with pytest.raises(ValueError, match="holds no node times.*dataset.temporal=true"):
-        DistNeighborSampler(stores, FANOUT, time_attr="time")
+        DistNeighborSampler(stores, options=SamplerOptions(FANOUT, time_attr="time"))
     with pytest.raises(ValueError, match="time_attr='stamp'.*sampler.time_attr=time"):
-        DistNeighborSampler(stores, FANOUT, time_attr="stamp")
-    assert DistNeighborSampler(stores, FANOUT).temporal is False  # non-temporal still works
+        DistNeighborSampler(stores, options=SamplerOptions(FANOUT, time_attr="stamp"))
+    assert DistNeighborSampler(stores, options=SamplerOptions(FANOUT)).temporal is False  # non-temporal still works
 
 
 # -- inside the trainer processes -----------------------------------------------------------------

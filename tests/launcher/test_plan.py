@@ -95,14 +95,14 @@ def test_fixed_thread_count_is_the_same_in_local_and_env_mode(compose, tmp_path)
 
 def test_local_ports_free_and_distinct(compose):
     cfg = compose("cluster.num_nodes=2")
-    ports = plan_ports(cfg, {})
+    ports = plan_ports(cfg.cluster, {})
     assert ports.ddp != ports.rpc
     assert len(set(free_ports(4))) == 4
 
 
 def test_master_port_decides_both_ports(compose):
     cfg = compose("cluster.num_nodes=2", "cluster.master_port=31000")
-    assert plan_ports(cfg, {}) == Ports(ddp=31000, rpc=31001)
+    assert plan_ports(cfg.cluster, {}) == Ports(ddp=31000, rpc=31001)
 
 
 def test_ports_must_differ():

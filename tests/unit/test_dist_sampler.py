@@ -7,7 +7,7 @@ import torch
 from torch_geometric.data import Data
 
 from app.distributed.loader import DistNeighborLoader
-from app.distributed.sampler import DistNeighborSampler
+from app.distributed.sampler import DistNeighborSampler, SamplerOptions
 from app.distributed.server import load_stores
 from app.partition.writer import partition_graph
 
@@ -26,7 +26,7 @@ def test_relabelers_are_reused_across_batches(tmp_path):
     the next batch reuses that object instead of allocating N entries again, and draws the same
     sample as a sampler that never sampled before."""
     stores, n = _stores(tmp_path / "p")
-    sampler = DistNeighborSampler(stores, [4, 3])
+    sampler = DistNeighborSampler(stores, options=SamplerOptions([4, 3]))
     sampler.prepare(1)
     pooled = sampler._free[None][-1]
     seeds = torch.arange(0, n, 7)
@@ -34,7 +34,9 @@ def test_relabelers_are_reused_across_batches(tmp_path):
     assert sampler._free[None] == [pooled]  # the same object came back, nothing new made
     again = sampler.sample_from_nodes(seeds, seed=5)
     assert sampler._free[None] == [pooled] and len(pooled) == 0  # reset on return
-    fresh = DistNeighborSampler(stores, [4, 3]).sample_from_nodes(seeds, seed=5)
+    fresh = DistNeighborSampler(stores, options=SamplerOptions([4, 3])).sample_from_nodes(
+        seeds, seed=5
+    )
     for out in (again, fresh):
         assert torch.equal(out.node, first.node) and torch.equal(out.row, first.row)
         assert torch.equal(out.col, first.col) and torch.equal(out.edge, first.edge)

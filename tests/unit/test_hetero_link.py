@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from app.dataset.link_split import HETERO_LINK_TYPE
 from app.dataset.mag import generate_mag, to_hetero_data
 from app.model.link import HeteroLinkPredictor
-from app.partition.link import HETERO_LINK_TYPE
 from app.task.link import LinkTask
 from app.task.local import LocalSource
 from tests.conftest import run_app

@@ -1,7 +1,10 @@
 """Layering: models are pure modules and the launcher does not reach into training.
 
 Parses every module's imports (top-level and function-local) with `ast`, so a lazy import
-inside a function counts as much as one at the top.
+inside a function counts as much as one at the top. The entry modules (`app.__main__`, the
+`app.run` dispatcher) sit above every room: nothing in app/ imports them, so no room can reach
+a higher one through a shim placed there. The launcher reaches each role's main only through
+the `module:function` strings of `ROLE_MAINS`, which must resolve.
 """
 
 from __future__ import annotations
@@ -13,10 +16,11 @@ import pytest
 
 APP = Path(__file__).resolve().parents[2] / "app"
 
+ENTRY = ("app.__main__", "app.run")
 RULES = {
-    "model": ("app.train", "app.loader", "app.distributed", "app.launch", "app.task"),
-    "launch": ("app.train",),
-    "task": ("app.train", "app.launch"),
+    "model": ("app.train", "app.loader", "app.distributed", "app.launch", "app.task", *ENTRY),
+    "launch": ("app.train", *ENTRY),
+    "task": ("app.train", "app.launch", *ENTRY),
 }
 
 
@@ -50,3 +54,26 @@ def test_the_checker_sees_function_local_imports(tmp_path):
     mod = tmp_path / "m.py"
     mod.write_text("def f():\n    from app.train.loop import fit\n    import app.launch\n")
     assert {"app.train.loop", "app.train.loop.fit", "app.launch"} <= imported_modules(mod)
+
+
+def test_no_module_imports_the_entry_modules():
+    """A shim in `app.run` or `app.__main__` (a lower room importing back up) is refused."""
+    out = []
+    for path in sorted(APP.rglob("*.py")):
+        if path.relative_to(APP).as_posix() in ("__main__.py", "run.py"):
+            continue
+        for name in sorted(imported_modules(path)):
+            if any(name == e or name.startswith(e + ".") for e in ENTRY):
+                out.append(f"{path.relative_to(APP.parent)} imports {name}")
+    assert out == []
+
+
+def test_role_mains_name_callables_outside_the_launcher():
+    from app.entrypoint import resolve
+    from app.launch.plan import ROLE_MAINS
+    from app.runtime import ROLES
+
+    assert sorted(ROLE_MAINS) == sorted(ROLES)
+    for role, entry in ROLE_MAINS.items():
+        assert not entry.startswith("app.launch"), role
+        assert callable(resolve(entry)), entry

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from app.partition.link import split_edges
+from app.dataset.link_split import split_edges
 
 
 def _symmetric_graph(n=300, m=2000, seed=0):
@@ -44,8 +44,9 @@ def test_split_is_deterministic_and_sized():
 def test_held_out_edges_follow_a_relabelled_partition(tmp_path):
     """`partition_ids`: held-out edges (original ids) in a relabelled partition's new ids, so a
     distributed link job can run on one (locality order included); unchanged without relabel."""
+    from app.dataset.link_split import HETERO_LINK_TYPE
     from app.partition import load_partition
-    from app.partition.link import HETERO_LINK_TYPE, partition_ids
+    from app.partition.link import partition_ids
     from app.partition.writer import partition_graph
     from tests.unit.test_model import toy_graph, toy_hetero
 

@@ -14,9 +14,10 @@ from torch_geometric.data import Data, HeteroData
 from torch_geometric.nn import GraphSAGE
 
 from app.config import Config, ModelConfig
-from app.model.gnn import Block, SampledGNN, SplitRows, build_model
+from app.model.gnn import Block, SampledGNN, SplitRows
 from app.model.hetero import NodeEmbeddings, build_hetero_classifier
 from app.model.link import Decoder, build_link_predictor
+from app.model.registry import build_model
 
 
 def toy_graph(num_nodes: int = 300, num_classes: int = 3, seed: int = 0) -> Data:

@@ -10,9 +10,10 @@ import torch
 from app.config import ConfigError, ModelConfig
 from app.inference import layerwise_logits, local_view
 from app.model import ops
-from app.model.gnn import Block, SampledGNN, SplitRows, build_model
+from app.model.gnn import Block, SampledGNN, SplitRows
 from app.model.hetero import HeteroNodeClassifier, HeteroSAGE, NodeEmbeddings
 from app.model.link import Decoder, LinkPredictor
+from app.model.registry import build_model
 from tests.unit.test_model import ToyLoader, toy_graph, toy_hetero
 
 TOL = dict(atol=1e-5, rtol=1e-5)

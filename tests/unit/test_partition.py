@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch_geometric.data import Data, HeteroData
 
+from app.contract import SPLITS
 from app.partition import (
     DictPartitionBook,
     PartitionError,
@@ -23,8 +24,6 @@ from app.partition import (
 from app.partition.assign import symmetric_csr
 from app.partition.order import locality_key
 from app.partition.writer import partition_graph, stats_for_logging
-
-SPLITS = ("train", "val", "test")
 
 
 def community_graph(n: int = 400, e: int = 4000, k: int = 4, seed: int = 0) -> Data:

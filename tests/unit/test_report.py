@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from app.config import Config
-from app.report import main as report
 from app.tracking.mlflow import MlflowTracker
+from app.tracking.report import main as report
 
 
 @pytest.fixture(scope="module")

@@ -101,7 +101,7 @@ def test_hetero_partition_sampler_equals_local_temporal_sampler(tmp_path):
     untimed source types unfiltered) equals the local sampler's, id for id, both strategies."""
     from torch_geometric.sampler import NodeSamplerInput
 
-    from app.distributed.sampler import DistNeighborSampler
+    from app.distributed.sampler import DistNeighborSampler, SamplerOptions
     from app.distributed.server import load_stores
     from app.sampler.neighbor import NeighborSampler
 
@@ -120,7 +120,8 @@ def test_hetero_partition_sampler_equals_local_temporal_sampler(tmp_path):
     seeds = torch.arange(40)
     seed_time = data["paper"].time[seeds]
     for strategy in ("uniform", "last"):
-        dist = DistNeighborSampler(stores, [3, 2], time_attr="time", temporal_strategy=strategy)
+        options = SamplerOptions([3, 2], time_attr="time", temporal_strategy=strategy)
+        dist = DistNeighborSampler(stores, options=options)
         local = NeighborSampler(data, [3, 2], time_attr="time", temporal_strategy=strategy)
         a = dist.sample_from_nodes(seeds, "paper", 9, seed_time)
         b = local.sample_from_nodes(NodeSamplerInput(None, seeds, seed_time, "paper"), seed=9)

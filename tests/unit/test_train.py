@@ -16,7 +16,7 @@ import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
 from app.config import Config, DatasetConfig, ModelConfig, validate
-from app.model.gnn import build_model
+from app.model.registry import build_model
 from app.task.local import LocalSource
 from app.task.metrics import binary_auc, mrr
 from app.task.node import NodeTask, node_step

@@ -12,7 +12,7 @@ import torch
 from torch_geometric.data import Data
 
 from app.config import ConfigError
-from app.limits import check_memory, estimate_bytes
+from app.launch.limits import check_memory, estimate_bytes
 from app.partition import reader
 from app.partition.reader import VERIFIED_FILE, PartitionError, load_partition, verify_partition
 from app.partition.writer import partition_graph

@@ -4,10 +4,10 @@ Like Hydra's BasicLauncher, each job's config is composed from the sweep config 
 overrides, gets its job number and output dir (`hydra.sweep.dir/hydra.sweep.subdir`), and runs
 through Hydra's `run_job` with the app's task function. The task function is the same one a
 single run calls, so a job of a sweep and a plain `python -m app ...` run share every step
-(`app.tasks.run_task` → `app.launch.run_job`: plan, partition, spawn, watch).
+(`app.run.run_task` → `app.launch.run_job`: plan, partition, spawn, watch).
 
 MLflow nesting: before the first job, one parent run is created in the app's tracking store and
-its id exported as `DISTGNN_MLFLOW_PARENT_RUN_ID`; `app.tasks` passes it on, and each job's run
+its id exported as `DISTGNN_MLFLOW_PARENT_RUN_ID`; `app.run` passes it on, and each job's run
 (started by its rank-0 trainer) is tagged as its child. The parent ends FINISHED, FAILED (a job
 failed) or KILLED (Ctrl-C).
 
@@ -43,13 +43,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PARENT_RUN_ENV = "DISTGNN_MLFLOW_PARENT_RUN_ID"
-
 
 def launch(
     launcher: DistgnnLauncher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
 ) -> list[JobReturn]:
     """Run every job of this batch sequentially; return their `JobReturn`s in order."""
+    from app.contract import PARENT_RUN_ENV
+
     setup_globals()
     assert launcher.config is not None, "setup() must run before launch()"
     config = launcher.config

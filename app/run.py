@@ -1,4 +1,4 @@
-"""Dispatch a validated `Config` to its task: partition a dataset, or train (1 process or a job).
+"""`python -m app`'s dispatcher: a validated `Config` to partitioning, or to training (1 process or a job).
 
 Single-process training (one node, one trainer) runs here in the Hydra process. Anything larger
 is a distributed job: `app.launch.run_job` plans it, spawns every trainer and sampler process and
@@ -12,11 +12,9 @@ import os
 from pathlib import Path
 
 from app.config import Config
-from app.runtime import Runtime
+from app.contract import PARENT_RUN_ENV
 
 log = logging.getLogger("distgnn")
-
-PARENT_RUN_ENV = "DISTGNN_MLFLOW_PARENT_RUN_ID"
 
 
 def job_dir() -> Path:
@@ -50,13 +48,6 @@ def run_task(cfg: Config) -> float | None:
 
     print_run_summary(cfg, job_dir(), result)  # metrics, job dir, MLflow run, UI command
     return result.get("test_acc")
-
-
-def run_trainer(runtime: Runtime, cfg: Config) -> dict[str, float]:
-    """One trainer process of a distributed job (`app.launch.worker` calls this)."""
-    from app.train.distributed import train_distributed
-
-    return train_distributed(runtime, cfg)
 
 
 def partition_task(cfg: Config, parent_run_id: str | None) -> dict[str, float]:
