@@ -96,7 +96,7 @@ def main(node: DictConfig) -> float | None:
         cfg = to_config(node)
     except ConfigError as err:
         _fail("config error", err, EXIT_CONFIG, refused=True)
-    from app.dataset_files import OgbDataMissingError, precheck
+    from app.dataset.files import OgbDataMissingError, precheck
 
     try:  # real OGB data missing: one line, before any work (and before torch is imported)
         precheck(cfg.dataset)

@@ -13,29 +13,34 @@ labels, masks (and `time`) on papers, `num_nodes` on every type.
 from __future__ import annotations
 
 import logging
-
-from torch_geometric.data import Data, HeteroData
+from typing import TYPE_CHECKING
 
 from app.config import DATASETS, ConfigError, DatasetConfig
-from app.dataset.cache import cached
-from app.dataset.mag import generate_mag, to_hetero_data
-from app.dataset.ogb import load_ogb
-from app.dataset.synthetic import generate_products, to_data
-from app.dataset_files import OgbDataMissingError, cache_path, dataset_fingerprint
+from app.dataset.files import OgbDataMissingError, cache_path, dataset_fingerprint
+
+if TYPE_CHECKING:
+    from torch_geometric.data import Data, HeteroData
 
 __all__ = ["OgbDataMissingError", "dataset_fingerprint", "load_dataset"]
 
 log = logging.getLogger(__name__)
 
-GENERATORS = {"synthetic_products": generate_products, "synthetic_mag": generate_mag}
-
 
 def load_dataset(cfg: DatasetConfig, seed: int) -> Data | HeteroData:
-    """The dataset `cfg.name`; synthetic ones are generated once per fingerprint, then cached."""
+    """The dataset `cfg.name`; synthetic ones are generated once per fingerprint, then cached.
+
+    torch and PyG are imported here, on first use, so that `app.dataset.files` (what
+    `python -m app` checks before anything heavy) stays free of them."""
+    from app.dataset.cache import cached
+    from app.dataset.mag import generate_mag, to_hetero_data
+    from app.dataset.ogb import load_ogb
+    from app.dataset.synthetic import generate_products, to_data
+
     check_sizes(cfg)
-    if cfg.name in GENERATORS:
+    generators = {"synthetic_products": generate_products, "synthetic_mag": generate_mag}
+    if cfg.name in generators:
         path = cache_path(cfg, seed)
-        obj = cached(path, lambda: GENERATORS[cfg.name](cfg, seed))
+        obj = cached(path, lambda: generators[cfg.name](cfg, seed))
     elif cfg.name in ("ogbn_products", "ogbn_mag"):
         obj = load_ogb(cfg)
     else:
@@ -65,6 +70,8 @@ def check_sizes(cfg: DatasetConfig) -> None:
 
 def summary(data: Data | HeteroData) -> str:
     """One line: node / edge counts and classes."""
+    from torch_geometric.data import HeteroData
+
     if isinstance(data, HeteroData):
         nodes = ", ".join(f"{t}={data[t].num_nodes:,}" for t in data.node_types)
         edges = sum(data[et].edge_index.size(1) for et in data.edge_types)

@@ -1,6 +1,6 @@
 """The on-disk cache of generated (and converted) datasets.
 
-Layout: `<cfg.root>/<name>-<fingerprint>/data.pt` (`app.dataset_files.cache_path`), a
+Layout: `<cfg.root>/<name>-<fingerprint>/data.pt` (`app.dataset.files.cache_path`), a
 `torch.save`d dict of plain tensors, ints and nested dicts (safe for
 `torch.load(weights_only=True)`; `Data` objects are rebuilt on load).
 

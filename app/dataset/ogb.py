@@ -1,7 +1,7 @@
 """The real `ogbn_products` / `ogbn_mag`, read through `ogb.nodeproppred.NodePropPredDataset`.
 
 Nothing is downloaded here: the files must already sit in OGB's own layout under `cfg.root`
-(`app.dataset_files.SPECS`: what unzipping OGB's `products.zip` / `mag.zip` into
+(`app.dataset.files.SPECS`: what unzipping OGB's `products.zip` / `mag.zip` into
 `<root>/ogbn_products` / `<root>/ogbn_mag` gives). Every file ogb would otherwise fetch or ask
 about is checked first (`check_files`, also run by `python -m app` before torch is imported),
 because ogb then prompts on stdin (stale release) or starts a download (missing raw files).
@@ -29,7 +29,7 @@ import torch
 
 from app.config import DatasetConfig
 from app.dataset.cache import cached
-from app.dataset_files import SPECS, OgbSpec, cache_path, check_files
+from app.dataset.files import SPECS, OgbSpec, cache_path, check_files
 
 log = logging.getLogger(__name__)
 

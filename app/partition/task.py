@@ -105,7 +105,7 @@ def advise_on_memory(cfg: Config) -> None:
 
 def chunked_graph_root(cfg: Config) -> Path:
     """Where the dataset's chunked copy lives: beside its cache, keyed by its fingerprint."""
-    from app.dataset_files import cache_path
+    from app.dataset.files import cache_path
 
     return cache_path(cfg.dataset, cfg.seed).parent / "chunked"
 

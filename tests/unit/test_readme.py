@@ -98,7 +98,7 @@ def sweep_jobs(overrides: list[str]) -> list[list[str]]:
 def check_app(args: list[str]) -> None:
     """Compose and validate what `distgnn ARGS` would run, without running it."""
     from app.config import check_overrides
-    from app.report import parse_args
+    from app.tracking.report import parse_args
 
     if args[:1] == ["report"]:
         parse_args(args[1:])
