@@ -21,9 +21,11 @@ from the loader's construction, epoch 1, epoch 2, and epoch 1 / epoch 2; ours ag
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -37,6 +39,7 @@ BENCH = "cold_start"
 FANOUT = [15, 10, 5]
 BATCH = 1024
 EPOCHS = 2
+RUN_TIMEOUT_S = 900
 
 
 def _data(num_nodes: int):
@@ -66,6 +69,14 @@ def _partition(impl: str, data, out: Path) -> None:
 
 
 def _child(impl: str, rank: int, root: str, ports: str, out: str) -> None:
+    """One rank: `impl`'s stores, loader and two epochs; its marks into `out` (JSON).
+
+    PyG's loader runs with `persistent_workers=True`, as PyG's `node_ogb_cpu.py` does: without
+    it every epoch forks a new sampling worker that joins the RPC group again at the same
+    master port, whose store still holds the first epoch's gloo addresses; the new worker
+    connects to the dead worker's port (connection refused), and the other rank's worker, whose
+    peer is gone (TensorPipe EOF), never answers: its trainer waits on the channel forever.
+    """
     import torch
     import torch.nn.functional as F
     from torch_geometric.nn import GraphSAGE
@@ -107,6 +118,7 @@ def _child(impl: str, rank: int, root: str, ports: str, out: str) -> None:
         data=(feature, graph), num_neighbors=FANOUT, input_nodes=train, batch_size=BATCH,
         shuffle=True, num_workers=1, concurrency=2, master_addr="127.0.0.1",
         master_port=rpc_port, current_ctx=ctx, async_sampling=True, filter_per_worker=False,
+        persistent_workers=True,  # PyG: see _child's docstring; ours: its samplers persist anyway
     )  # fmt: skip
     marks["construct"] = time.perf_counter() - T0
     model = GraphSAGE(-1, 64, 3, 47)
@@ -123,9 +135,19 @@ def _child(impl: str, rank: int, root: str, ports: str, out: str) -> None:
         marks[f"epoch{epoch + 1}"] = time.perf_counter() - start
     Path(out).write_text(json.dumps(marks))
     torch.distributed.barrier()
-    if hasattr(loader, "close"):
+    if impl != "pyg":  # PyG's loader has no close(): its workers end with the script
         loader.close()
     torch.distributed.destroy_process_group()
+
+
+def _wait_all(procs: list[subprocess.Popen], timeout_s: float) -> None:
+    """Until every rank has exited; the first failed rank stops the wait (the other would wait
+    for its batches forever)."""
+    deadline = time.monotonic() + timeout_s
+    while any(p.poll() is None for p in procs):
+        if any(p.returncode for p in procs) or time.monotonic() > deadline:
+            return
+        time.sleep(0.2)
 
 
 def _run(impl: str, root: Path, env: dict[str, str], work: Path) -> dict[str, float]:
@@ -140,15 +162,16 @@ def _run(impl: str, root: Path, env: dict[str, str], work: Path) -> dict[str, fl
         outs.append(out)
         cmd = [sys.executable, "-m", "bench.cold_start", "--child", impl, str(rank), str(root),
                ports, str(out)]  # fmt: skip
-        log = open(work / f"{impl}_rank{rank}.log", "w")  # noqa: SIM115 (the child's lifetime)
-        procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log))
+        with open(work / f"{impl}_rank{rank}.log", "w") as log:  # a session: rank + samplers
+            procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log,
+                                          start_new_session=True))  # fmt: skip
     try:
-        for p in procs:
-            p.wait(900)
+        _wait_all(procs, RUN_TIMEOUT_S)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+        for p in procs:  # the rank's sampler processes too (a failed rank's may linger)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
     if not all(o.exists() for o in outs):
         raise RuntimeError(f"{impl}: a rank failed; see {work}/{impl}_rank*.log")
     ranks = [json.loads(o.read_text()) for o in outs]

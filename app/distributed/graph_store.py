@@ -29,6 +29,7 @@ from torch import Tensor
 from torch_geometric.data import EdgeAttr, EdgeLayout, GraphStore
 from torch_geometric.utils import sort_edge_index
 
+from app.jit import preload
 from app.partition.book import DictPartitionBook, PartitionBook, pyg_book
 from app.partition.pyg import read_labels
 from app.partition.reader import (
@@ -71,7 +72,9 @@ class LocalGraphStore(GraphStore):
 
     @classmethod
     def from_partition(cls, root: str | Path, pid: int) -> LocalGraphStore:
-        """Load part `pid` of the partition at `root` (memory-mapped, no copies)."""
+        """Load part `pid` of the partition at `root` (memory-mapped, no copies); numba's set-up
+        starts beside it (`app.jit.preload`): this process will sample or fork samplers."""
+        preload.start()
         return cls.from_partition_data(load_partition(root, pid))
 
     @classmethod

@@ -85,3 +85,42 @@ def test_warm_marker_names_sources_and_cpu(tmp_path, monkeypatch):
     monkeypatch.setattr(warm, "WARMED", (*warm.WARMED, "app/jit/__init__.py"))
     assert warm.marker() != first and warm.marker().parent == first.parent
     assert first.parent.is_relative_to(tmp_path)
+
+
+FORKED_AFTER_PRELOAD = """
+import json, os, sys
+from app.distributed.graph_store import LocalGraphStore
+before = "numba.np.arraymath" in sys.modules
+LocalGraphStore.from_partition(sys.argv[1], 0)  # starts the preload
+r, w = os.pipe()
+pid = os.fork()  # waits for the preload first
+if pid == 0:
+    os.write(w, b"1" if "numba.np.arraymath" in sys.modules else b"0")
+    os._exit(0)
+os.waitpid(pid, 0)
+print(json.dumps({"before": before, "child": os.read(r, 1) == b"1"}))
+"""
+
+
+def _tiny_partition(out: Path) -> str:
+    """A 2-part partition of a 40-node ring under `out`."""
+    import torch
+    from torch_geometric.data import Data
+
+    from app.distributed import Partitioner
+
+    ring = torch.arange(40)
+    data = Data(x=torch.randn(40, 4), y=torch.zeros(40, dtype=torch.long),
+                edge_index=torch.stack([ring, (ring + 1) % 40]))  # fmt: skip
+    Partitioner(data, 2, str(out)).generate_partition()
+    return str(out)
+
+
+def test_loading_a_partition_preloads_numba_before_any_fork(tmp_path):
+    """A process that loads a partition sets numba up in the background; a fork waits for it,
+    so a forked sampler starts with numba's registries instead of importing them at its first
+    batch."""
+    root = _tiny_partition(tmp_path / "parts")  # here: partitioning itself calls kernels
+    code = FORKED_AFTER_PRELOAD.replace("sys.argv[1]", repr(root))
+    out, _ = _run(code, tmp_path / "cache", REPO)
+    assert out == {"before": False, "child": True}
