@@ -17,7 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import REPO, default_sigint, run_app, stop_and_tell, wait_for_job
+from tests.helpers.jobs import REPO, default_sigint, run_app, stop_and_tell, wait_for_job
+from tests.helpers.torchrun import torchrun_cmd
 
 pytestmark = pytest.mark.dist
 
@@ -237,23 +238,9 @@ def test_torchrun_two_agents_env_mode(shared, tmp_path):
     (port,) = free_ports(1)
     procs = []
     for node in (0, 1):
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nnodes=2",
-            f"--node_rank={node}",
-            "--nproc_per_node=1",
-            "--master_addr=127.0.0.1",
-            f"--master_port={port}",
-            "-m",
-            "app",
-            *SMOKE,
-            *_common(shared, tmp_path),
-            "cluster=env",
-            "cluster.num_nodes=2",
-            f"hydra.run.dir={tmp_path}/node{node}",
-        ]
+        app_args = [*SMOKE, *_common(shared, tmp_path), "cluster=env", "cluster.num_nodes=2",
+                    f"hydra.run.dir={tmp_path}/node{node}"]  # fmt: skip
+        cmd = torchrun_cmd(app_args, f"127.0.0.1:{port}", node_rank=node)
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         procs.append(
             subprocess.Popen(

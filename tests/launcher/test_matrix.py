@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import run_app
+from tests.helpers.jobs import run_app
 
 pytestmark = pytest.mark.dist
 

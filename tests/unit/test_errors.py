@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from app.config import ConfigError, check_overrides
-from tests.conftest import run_app
+from tests.helpers.jobs import run_app
 
 
+@pytest.mark.dist
 def test_experiment_typo_is_one_line_with_did_you_mean(tmp_path):
     proc = run_app("+experiment=smok", f"output_dir={tmp_path}", timeout=60)
     assert proc.returncode == 2
@@ -29,6 +30,7 @@ def test_group_option_typos(argv, hint):
     check_overrides(["-m", "model=sage,gat", "model=glob(*)"])  # valid choices and sweep syntax
 
 
+@pytest.mark.dist
 def test_missing_ogb_data_is_one_line_before_any_work(tmp_path):
     proc = run_app(
         "dataset=ogbn_products",
