@@ -15,7 +15,10 @@ from tests.helpers.dist_procs import run_checks
 pytestmark = pytest.mark.dist
 
 
-@pytest.mark.parametrize("num_parts,num_workers", [(2, 1), (3, 0)])
+# 3 parts without sampler processes: the same path again (test_dist_sampling runs 3 parts)
+@pytest.mark.parametrize(
+    "num_parts,num_workers", [(2, 1), pytest.param(3, 0, marks=pytest.mark.long)]
+)
 def test_stream_partition_equals_local_sampling(tmp_path, homo_graph, num_parts, num_workers):
     g = homo_graph
     data = Data(x=g["x"], y=g["y"], edge_index=g["edge_index"], num_nodes=g["x"].size(0))

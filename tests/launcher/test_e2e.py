@@ -73,6 +73,7 @@ def test_two_node_run(shared, tmp_path):
     assert artifacts == {"logs/trainer0-0.log", "logs/trainer1-0.log"}
 
 
+@pytest.mark.long  # two 4-trainer jobs: the costliest test of make test (~70 CPU-s)
 def test_layerwise_with_two_trainers_per_node_equals_full_fanout_sampling(shared, tmp_path):
     """A node's second trainer holds no table shard (it reads its targets' rows and writes its
     results by RPC): layer-wise evaluation still gives what full-fan-out sampling gives."""

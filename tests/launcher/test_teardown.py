@@ -132,6 +132,7 @@ def test_worker_exits_even_if_its_output_pipe_is_gone(tmp_path):
 
 
 @pytest.mark.dist
+@pytest.mark.long  # a whole job: test_dist_faults proves the sampler's part in make test
 def test_sigint_to_a_sampler_stops_the_job_as_fast_as_sigterm(made, tmp_path):  # noqa: F811
     """Issue 28, finding 7: SIGINT to a sampler used to log "stopped by signal" and serve on
     through a graceful RPC shutdown bounded by cluster.init_timeout_s (60 s here)."""
