@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 EXP     ?= products_homo
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-fast test-gpu lint format bench bench-products bench-gpu ui ui-check clean clean-data chaos compat-pyg
+.PHONY: help install run test test-fast test-long test-gpu lint format bench bench-products bench-gpu ui ui-check clean clean-data chaos compat-pyg
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -39,11 +39,14 @@ format: install  ## ruff autofix + format
 	$(BIN)/ruff check --fix app launchers tests bench
 	$(BIN)/ruff format app launchers tests bench
 
-test: lint  ## lint, then the test suite (unit + distributed; the `long` fault scenarios run in chaos)
+test: lint  ## lint, then the test suite but the `long` tests (unit + multi-process: docs/testing.md)
 	$(BIN)/python -m pytest tests -m "not long" --durations=15
 
-test-fast: install  ## unit tests only (skips the multi-process ones)
-	$(BIN)/python -m pytest tests -m "not dist and not slow"
+test-fast: install  ## the tests that start no process (not dist, long or gpu): under 2 minutes
+	$(BIN)/python -m pytest tests -m "not dist and not long and not gpu"
+
+test-long: install  ## the `long` tests: minute-long fault scenarios and the variants make test leaves out
+	$(BIN)/python -m pytest tests -m long --durations=15
 
 test-gpu: install  ## the CUDA tests (models, layer-wise inference, 1- and 2-trainer jobs on a GPU); skipped, visibly, without CUDA
 	$(BIN)/python -m pytest tests -m gpu -rs
@@ -54,7 +57,7 @@ CHAOS_SIGNALS ?= KILL,STOP,TERM
 chaos: install  ## fault injection: CHAOS_N random CHAOS_SIGNALS (KILL,STOP,TERM) on a 2-node job, then the long fault scenarios
 	DISTGNN_CHAOS_TRIALS=$(CHAOS_N) DISTGNN_CHAOS_SIGNALS=$(CHAOS_SIGNALS) \
 	DISTGNN_CHAOS_REPORT=outputs/chaos/trials.json $(BIN)/python -m pytest tests/chaos -s
-	$(BIN)/python -m pytest tests -m long
+	$(MAKE) --no-print-directory test-long
 
 # PyG's own tests of torch_geometric.distributed (test/distributed at PYG_COMMIT, taken from a
 # bare clone PYG_GIT into a temp dir, never into this repo) with their imports rewritten to

@@ -152,7 +152,7 @@ def _wait_all(procs: list[subprocess.Popen], timeout_s: float) -> None:
 
 def _run(impl: str, root: Path, env: dict[str, str], work: Path) -> dict[str, float]:
     """Both ranks at once; the slower rank's marks."""
-    from tests.dist.conftest import free_port
+    from tests.helpers.ports import free_port
 
     ports = f"{free_port()},{free_port()}"
     procs, outs = [], []

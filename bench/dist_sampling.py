@@ -166,7 +166,7 @@ def _wait_files(paths: list[Path], procs: dict, timeout: float) -> None:
 
 
 def _distributed(root: Path, workdir: Path, cache: int) -> dict:
-    from tests.dist.conftest import free_port
+    from tests.helpers.ports import free_port
 
     workdir.mkdir(exist_ok=True)
     for f in workdir.iterdir():
@@ -327,7 +327,7 @@ import sys, time
 from torch.distributed import rpc
 import app.distributed
 from app.sampler.kernel import warmup
-from tests.dist.conftest import free_port
+from tests.helpers.ports import free_port
 warmup()
 opts = rpc.TensorPipeRpcBackendOptions(num_worker_threads=32, init_method=f"tcp://127.0.0.1:{free_port()}")
 rpc.init_rpc("idle", rank=0, world_size=1, rpc_backend_options=opts)

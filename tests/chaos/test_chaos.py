@@ -33,7 +33,7 @@ import psutil
 import pytest
 import torch
 
-from tests.conftest import REPO, run_app, stop_and_tell, wait_for_job
+from tests.helpers.jobs import REPO, run_app, stop_and_tell, wait_for_job
 
 pytestmark = pytest.mark.dist
 

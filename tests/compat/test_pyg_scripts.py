@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,21 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.ports import free_ports
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 TIMEOUT_S = 300
 
 pytestmark = pytest.mark.dist
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +92,7 @@ def run_ranks(script: str, *args: str) -> list[str]:
 
 
 def _node_args(root: Path, dataset: str, workers: int) -> list[str]:
-    ddp, train, test = _free_ports(3)
+    ddp, train, test = free_ports(3)
     return ["--dataset", dataset, "--dataset_root_dir", str(root), "--num_nodes", "2",
             "--ddp_port", str(ddp), "--train_loader_port", str(train),
             "--test_loader_port", str(test), "--num_workers", str(workers)]  # fmt: skip
@@ -116,7 +107,7 @@ def test_node_classification(root, dataset, workers):
 
 @pytest.mark.parametrize(("dataset", "workers"), [("homo", 0), ("hetero", 2)])
 def test_link_prediction(root, dataset, workers):
-    ddp, port = _free_ports(2)
+    ddp, port = free_ports(2)
     outs = run_ranks("link_sage.py", "--dataset", dataset, "--dataset_root_dir", str(root),
                      "--ddp_port", str(ddp), "--train_loader_port", str(port),
                      "--num_workers", str(workers))  # fmt: skip
@@ -136,7 +127,7 @@ def test_done_when_four_workers(root):
 def test_script_without_main_guard(root):
     """Sampler processes are forks of the script (as PyG's workers), not spawned copies that
     import the script again: a script with no `__main__` guard runs."""
-    (port,) = _free_ports(1)
+    (port,) = free_ports(1)
     outs = run_ranks("no_main_guard.py", "--dataset_root_dir", str(root), "--port", str(port))
     for rank, out in enumerate(outs):
         seen, total = out.split(f"[node {rank}] ")[1].split(" seeds of ")

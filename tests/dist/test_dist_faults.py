@@ -19,8 +19,9 @@ import pytest
 
 from app.distributed import DistContext, RpcInitError, init_rpc
 from app.distributed.shm import PREFIX, SHM_DIR
-from tests.dist._procs import Job, write_spec
-from tests.dist.conftest import free_port, write_homo
+from tests.helpers.dist_graphs import write_homo
+from tests.helpers.dist_procs import Job, write_spec
+from tests.helpers.ports import free_port
 
 pytestmark = pytest.mark.dist
 RPC_TIMEOUT_S = 5.0

@@ -27,8 +27,9 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch_geometric.data import HeteroData  # noqa: E402
 
-from tests.dist import _procs  # noqa: E402
-from tests.dist.conftest import free_port, hetero_graph  # noqa: E402
+from tests.helpers import dist_procs  # noqa: E402
+from tests.helpers.dist_graphs import hetero_graph  # noqa: E402
+from tests.helpers.ports import free_port  # noqa: E402
 
 pytestmark = pytest.mark.dist
 TIMEOUT_S = 150  # hard bound on the whole job (the machine may be heavily shared)
@@ -38,8 +39,8 @@ NUM_LINKS = 40
 
 
 @dataclass
-class HeteroLinkJob(_procs.Job):
-    """`_procs.Job` whose processes run this file (so they know `check_hetero_link`)."""
+class HeteroLinkJob(dist_procs.Job):
+    """`dist_procs.Job` whose processes run this file (so they know `check_hetero_link`)."""
 
     script: str = __file__
 
@@ -55,7 +56,7 @@ def test_hetero_link_equals_local_sampling(tmp_path):
     graph = hetero_graph()
     _partition(tmp_path, graph)
     torch.save(graph, tmp_path / "graph.pt")
-    spec = _procs.write_spec(
+    spec = dist_procs.write_spec(
         tmp_path / "spec.json", root=str(tmp_path / "part"), graph=str(tmp_path / "graph.pt"),
         num_parts=2, num_workers=1, port=free_port(), dir=str(tmp_path), timeout=20.0,
         batch_size=16, check="check_hetero_link",
@@ -150,7 +151,7 @@ def check_hetero_link(rt, spec: dict) -> int:
     data = _hetero_data(g)
     local, gather = NeighborSampler(data, FANOUT), LocalGather(data)
     ctx = DistContext.from_runtime(rt)
-    kw = _procs._loader_kwargs(rt, spec, ctx)
+    kw = dist_procs._loader_kwargs(rt, spec, ctx)
     failed, batches = True, 0
     try:
         for et in LINK_TYPES:
@@ -178,5 +179,5 @@ def check_hetero_link(rt, spec: dict) -> int:
 
 
 if __name__ == "__main__":
-    _procs.CHECKS["check_hetero_link"] = check_hetero_link
-    sys.exit(_procs.main())
+    dist_procs.CHECKS["check_hetero_link"] = check_hetero_link
+    sys.exit(dist_procs.main())

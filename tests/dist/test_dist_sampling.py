@@ -11,27 +11,11 @@ configured negatives; hetero full fan-out equals a BFS per node and edge type.
 from __future__ import annotations
 
 import pytest
-import torch
 
-from tests.dist._procs import Job, write_spec
-from tests.dist.conftest import free_port, hetero_graph, write_hetero, write_homo
+from tests.helpers.dist_graphs import hetero_graph, write_hetero, write_homo
+from tests.helpers.dist_procs import run_checks
 
 pytestmark = pytest.mark.dist
-TIMEOUT_S = 150  # generous: the machine running CI may be heavily shared
-
-
-def _run(tmp_path, graph, num_parts: int, num_workers: int, check: str, **extra) -> None:
-    torch.save(graph, tmp_path / "graph.pt")
-    spec = write_spec(
-        tmp_path / "spec.json", root=str(tmp_path / "part"), graph=str(tmp_path / "graph.pt"),
-        num_parts=num_parts, num_workers=num_workers, port=free_port(), dir=str(tmp_path),
-        timeout=20.0, batch_size=64, check=check, **extra,
-    )  # fmt: skip
-    with Job(spec, num_parts, num_workers) as job:
-        codes = job.wait(TIMEOUT_S)
-        assert all(c == 0 for c in codes.values()), job.report()
-        for p in range(num_parts):
-            assert "CHECKS OK" in job.tail(f"trainer{p}-0"), job.report()
 
 
 # halo feature cache: partial (40 rows: hits and remote fetches in one batch) and off
@@ -40,10 +24,10 @@ def test_homo_equals_local_sampling(tmp_path, homo_graph, num_parts, num_workers
     write_homo(
         tmp_path / "part", homo_graph["edge_index"], homo_graph["x"], homo_graph["y"], num_parts
     )
-    _run(tmp_path, homo_graph, num_parts, num_workers, "check_homo", cache=cache)
+    run_checks(tmp_path, homo_graph, num_parts, num_workers, "check_homo", cache=cache)
 
 
 def test_hetero_equals_bfs(tmp_path):
     graph = hetero_graph()
     write_hetero(tmp_path / "part", graph, 2)
-    _run(tmp_path, graph, 2, 0, "check_hetero")
+    run_checks(tmp_path, graph, 2, 0, "check_hetero")

@@ -6,16 +6,19 @@ and every trainer's seeded distributed sample still equals the single-machine sa
 from __future__ import annotations
 
 import pytest
+from torch_geometric.data import Data
 
 from app.dataset.chunked import ChunkedGraph, write_data
 from app.partition.stream import stream_partition
-from tests.dist.test_dist_sampling import _run
-from torch_geometric.data import Data
+from tests.helpers.dist_procs import run_checks
 
 pytestmark = pytest.mark.dist
 
 
-@pytest.mark.parametrize("num_parts,num_workers", [(2, 1), (3, 0)])
+# 3 parts without sampler processes: the same path again (test_dist_sampling runs 3 parts)
+@pytest.mark.parametrize(
+    "num_parts,num_workers", [(2, 1), pytest.param(3, 0, marks=pytest.mark.long)]
+)
 def test_stream_partition_equals_local_sampling(tmp_path, homo_graph, num_parts, num_workers):
     g = homo_graph
     data = Data(x=g["x"], y=g["y"], edge_index=g["edge_index"], num_nodes=g["x"].size(0))
@@ -25,4 +28,4 @@ def test_stream_partition_equals_local_sampling(tmp_path, homo_graph, num_parts,
         fingerprint="stream-test", dataset_fingerprint="homo",
     )  # fmt: skip
     assert meta.method == "stream" and meta.stats["edge_cut_frac"] < 0.5
-    _run(tmp_path, homo_graph, num_parts, num_workers, "check_homo")
+    run_checks(tmp_path, homo_graph, num_parts, num_workers, "check_homo")

@@ -8,7 +8,7 @@ equal id for id (nodes, edges, edge ids, tree ids, per-hop counts), for both str
 default (the seeds' own) and explicit seed times; and on global ids against the original
 graph: every edge exists, no sampled neighbour is later than its seed's time, features are the
 originals. The same file is the child-process entry (`python tests/dist/test_dist_temporal.py
-SPEC ROLE NODE WORKER`): it adds its check to the harness of `tests/dist/_procs.py`.
+SPEC ROLE NODE WORKER`): it adds its check to the harness of `tests/helpers/dist_procs.py`.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch_geometric.data import Data  # noqa: E402
 
-from tests.dist import _procs  # noqa: E402
-from tests.dist.conftest import free_port, node_features, random_graph  # noqa: E402
+from tests.helpers import dist_procs  # noqa: E402
+from tests.helpers.dist_graphs import node_features, random_graph  # noqa: E402
+from tests.helpers.ports import free_port  # noqa: E402
 
 pytestmark = pytest.mark.dist
 TIMEOUT_S = 150  # hard bound on the whole job (the machine may be heavily shared)
@@ -35,8 +36,8 @@ MAX_TIME = 100
 
 
 @dataclass
-class TemporalJob(_procs.Job):
-    """`_procs.Job` whose processes run this file (so they know `check_temporal`)."""
+class TemporalJob(dist_procs.Job):
+    """`dist_procs.Job` whose processes run this file (so they know `check_temporal`)."""
 
     script: str = __file__
 
@@ -58,7 +59,7 @@ def test_temporal_equals_local_sampling(tmp_path):
     data = temporal_graph()
     partition_graph(data, tmp_path / "part", 2, method="metis")
     torch.save({k: data[k] for k in ("edge_index", "x", "y", "time")}, tmp_path / "graph.pt")
-    spec = _procs.write_spec(
+    spec = dist_procs.write_spec(
         tmp_path / "spec.json", root=str(tmp_path / "part"), graph=str(tmp_path / "graph.pt"),
         num_parts=2, num_workers=1, port=free_port(), dir=str(tmp_path), timeout=20.0,
         batch_size=64, check="check_temporal",
@@ -84,7 +85,9 @@ def test_partition_without_times_refuses_temporal_sampling(tmp_path):
         DistNeighborSampler(stores, options=SamplerOptions(FANOUT, time_attr="time"))
     with pytest.raises(ValueError, match="time_attr='stamp'.*sampler.time_attr=time"):
         DistNeighborSampler(stores, options=SamplerOptions(FANOUT, time_attr="stamp"))
-    assert DistNeighborSampler(stores, options=SamplerOptions(FANOUT)).temporal is False  # non-temporal still works
+    assert (
+        DistNeighborSampler(stores, options=SamplerOptions(FANOUT)).temporal is False
+    )  # non-temporal still works
 
 
 # -- inside the trainer processes -----------------------------------------------------------------
@@ -118,7 +121,7 @@ def check_temporal(rt, spec: dict) -> int:
     g = torch.load(spec["graph"])
     data = Data(edge_index=g["edge_index"], time=g["time"], num_nodes=g["x"].size(0))
     ctx = DistContext.from_runtime(rt)
-    kw = _procs._loader_kwargs(rt, spec, ctx)
+    kw = dist_procs._loader_kwargs(rt, spec, ctx)
     failed, batches, edges = True, 0, 0
     try:
         for strategy, explicit in (("uniform", False), ("last", False), ("uniform", True)):
@@ -152,5 +155,5 @@ def check_temporal(rt, spec: dict) -> int:
 
 
 if __name__ == "__main__":
-    _procs.CHECKS["check_temporal"] = check_temporal
-    sys.exit(_procs.main())
+    dist_procs.CHECKS["check_temporal"] = check_temporal
+    sys.exit(dist_procs.main())

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 import torch
 import torch.multiprocessing as mp
+
+from tests.helpers.ports import free_port
 
 pytestmark = pytest.mark.dist
 
@@ -21,12 +22,6 @@ class HalfBook:
 
     def partition_of(self, ids):
         return (ids >= N // 2).long()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _batches():
@@ -62,7 +57,7 @@ def _worker(rank: int, port: int, out: str, kind: str) -> None:
 def test_sharded_updates_equal_dense_reference(tmp_path, kind):
     out = str(tmp_path / "result.pt")
     ctx = mp.get_context("spawn")
-    port = _free_port()
+    port = free_port()
     procs = [ctx.Process(target=_worker, args=(r, port, out, kind)) for r in range(2)]
     for p in procs:
         p.start()

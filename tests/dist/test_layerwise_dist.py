@@ -8,7 +8,7 @@ with `DistEmbedding` inputs (heterogeneous), and compares its rows with the sing
 full-graph forward of the same model (same seed) within 1e-4 relative, and the all-reduced
 accuracies with the reference's; link predictors' triplet scores of each rank's own pairs
 (`app.task.link.triplet_results` over distributed layer-wise embeddings) likewise. The file is also the child-process entry (`python
-tests/dist/test_layerwise_dist.py SPEC ROLE NODE WORKER`), through `tests/dist/_procs.py`.
+tests/dist/test_layerwise_dist.py SPEC ROLE NODE WORKER`), through `tests/helpers/dist_procs.py`.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch_geometric.data import Data, HeteroData  # noqa: E402
 
-from tests.dist import _procs  # noqa: E402
-from tests.dist.conftest import free_port, random_graph  # noqa: E402
+from tests.helpers import dist_procs  # noqa: E402
+from tests.helpers.dist_graphs import random_graph  # noqa: E402
+from tests.helpers.ports import free_port  # noqa: E402
 
 pytestmark = pytest.mark.dist
 TIMEOUT_S = 240  # hard bound on the whole job (the machine may be heavily shared)
@@ -35,8 +36,8 @@ HIDDEN, CLASSES, EMB = 8, 4, 6
 
 
 @dataclass
-class LayerwiseJob(_procs.Job):
-    """`_procs.Job` whose processes run this file (so they know `check_layerwise`)."""
+class LayerwiseJob(dist_procs.Job):
+    """`dist_procs.Job` whose processes run this file (so they know `check_layerwise`)."""
 
     script: str = __file__
 
@@ -116,7 +117,7 @@ def test_layerwise_equals_full_forward(tmp_path, num_parts):
 
     partition_graph(homo_data(), tmp_path / "homo", num_parts, method="metis")
     partition_graph(hetero_data(), tmp_path / "hetero", num_parts, method="random")
-    spec = _procs.write_spec(
+    spec = dist_procs.write_spec(
         tmp_path / "spec.json", root=str(tmp_path / "homo"), hetero_root=str(tmp_path / "hetero"),
         num_parts=num_parts, num_workers=0, port=free_port(), ddp_port=free_port(),
         dir=str(tmp_path), timeout=30.0, check="check_layerwise",
@@ -281,5 +282,5 @@ def check_layerwise(rt, spec: dict) -> int:
 
 
 if __name__ == "__main__":
-    _procs.CHECKS["check_layerwise"] = check_layerwise
-    sys.exit(_procs.main())
+    dist_procs.CHECKS["check_layerwise"] = check_layerwise
+    sys.exit(dist_procs.main())

@@ -15,15 +15,15 @@ from app.inference import evaluate_layerwise, layerwise_link_scores, layerwise_l
 from app.model import ops
 from app.model.gnn import SampledGNN
 from app.model.link import Decoder, LinkPredictor
-from tests.conftest import run_app
-from tests.unit.test_model import toy_graph
-from tests.unit.test_ops import (
+from tests.helpers.jobs import run_app
+from tests.helpers.model_cases import (
     LAYERWISE_KINDS,
     hetero_case,
     layerwise_case,
     model_of,
     sampled_batch,
 )
+from tests.helpers.toy import toy_graph
 
 CUDA = torch.cuda.is_available()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not CUDA, reason="no CUDA device")]
@@ -129,6 +129,7 @@ def job(tmp_path, name, *overrides):
     return float(final.group(1)), proc
 
 
+@pytest.mark.dist
 @pytest.mark.parametrize("nodes", [1, 2])
 def test_job_on_gpu_learns_as_on_cpu(tmp_path, nodes):
     """A 1-node job, and a 2-node job whose trainers share this machine's GPU(s) round-robin

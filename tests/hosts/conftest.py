@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,25 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from app.testbed.net import Testbed, TestbedError, check_support, leftovers
-from app.testbed.sshd import SSHD, ssh_cmd, start_sshd, stop_sshd
-from tests.conftest import REPO, run_app
-
-JOB = ("+experiment=smoke", "cluster.num_nodes=2", "mlflow.enabled=false", "train.epochs=2")
-KEYS = ("loss", "train_acc", "val_acc", "test_acc")
-
-
-def unavailable() -> str | None:
-    """Why the testbed cannot run here, or None."""
-    try:
-        check_support()
-    except TestbedError as err:
-        return str(err)
-    if shutil.which("unshare") is None:
-        return "testbed needs `unshare` (util-linux)"
-    if not Path(SSHD).exists():
-        return f"{SSHD} not installed (apt-get install openssh-server)"
-    return None
+from app.testbed.net import Testbed, leftovers
+from app.testbed.sshd import start_sshd, stop_sshd
+from tests.helpers.hosts import JOB, unavailable
+from tests.helpers.jobs import REPO, out_paths, partitioned
 
 
 @pytest.fixture(scope="session")
@@ -54,10 +38,7 @@ def bed() -> Iterator[Testbed]:
 @pytest.fixture(scope="session")
 def made(tmp_path_factory) -> Path:
     """An output dir with the smoke dataset and its 2-part partition at `<dir>/P`."""
-    out = tmp_path_factory.mktemp("hosts")
-    proc = run_app("task=partition", *JOB, *paths(out), timeout=180)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return out
+    return partitioned(tmp_path_factory.mktemp("hosts"), *JOB)
 
 
 class LocalRun:
@@ -66,7 +47,7 @@ class LocalRun:
 
     def __init__(self, made: Path) -> None:
         self.job = made / "local"
-        cmd = [sys.executable, "-m", "app", *JOB, *paths(made), f"hydra.run.dir={self.job}"]
+        cmd = [sys.executable, "-m", "app", *JOB, *out_paths(made), f"hydra.run.dir={self.job}"]
         self.log = made / "local.log"
         with open(self.log, "w") as fh:
             self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT)
@@ -86,33 +67,3 @@ def local_run(made: Path) -> Iterator[LocalRun]:
     run = LocalRun(made)
     yield run
     run.stop()
-
-
-def paths(out: Path) -> list[str]:
-    return [f"output_dir={out}", f"dataset.root={out / 'data'}", f"partition.root={out / 'P'}"]
-
-
-def ssh_args(bed: Testbed, ip_config: Path) -> list[str]:
-    """The overrides of an ssh-mode job whose launcher runs on h0."""
-    return [
-        "cluster=ssh",
-        f"cluster.ip_config={ip_config}",
-        "cluster.allow_remote=true",
-        f"cluster.workdir={REPO}",
-        f"cluster.python={sys.executable}",
-        f"cluster.ssh_cmd='{ssh_cmd(bed.prefix)}'",
-    ]
-
-
-def host_app(bed: Testbed, i: int, args: list[str], log: Path, env: dict | None = None):
-    """`python -m app ARGS` started on host i (a process of the test; output to `log`)."""
-    cmd = bed.host_cmd(i, [sys.executable, "-m", "app", *args])
-    with open(log, "w") as fh:
-        return subprocess.Popen(
-            cmd,
-            cwd=REPO,
-            env={**os.environ, **(env or {})},
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )

@@ -14,7 +14,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -25,12 +24,12 @@ import pytest
 
 from app.testbed.net import Testbed, netns_pids
 from app.testbed.sshd import state_dir
-from tests.conftest import REPO
-from tests.hosts.conftest import JOB, host_app, paths, ssh_args
+from tests.helpers.hosts import JOB, host_app, ssh_args
+from tests.helpers.jobs import REPO, out_paths
+from tests.helpers.torchrun import PYTHONPATH, torchrun_cmd
 
-pytestmark = pytest.mark.dist
+pytestmark = [pytest.mark.dist, pytest.mark.hosts]
 
-TORCHRUN = Path(sys.executable).with_name("torchrun")
 ACCURACIES = ("train_acc", "val_acc", "test_acc")
 BASE_PORT = 29500
 RPC_TIMEOUT_S = 10.0
@@ -141,7 +140,7 @@ def _logs_on_failure(*logs: Path) -> Iterator[None]:
 
 def test_ssh_job_across_hosts(bed, made, local_run, tmp_path):
     job = tmp_path / "job"
-    args = [*JOB, *paths(made), *ssh_args(bed, state_dir(bed.prefix) / "ip_config.txt")]
+    args = [*JOB, *out_paths(made), *ssh_args(bed, state_dir(bed.prefix) / "ip_config.txt")]
     args += [f"cluster.master_port={BASE_PORT}", f"hydra.run.dir={job}"]
     log = tmp_path / "launcher.log"
     with _logs_on_failure(log), Listeners(bed) as seen:
@@ -156,7 +155,7 @@ def test_ssh_job_across_hosts(bed, made, local_run, tmp_path):
 
 def test_env_job_from_slurm_variables(bed, made, local_run, tmp_path):
     job = tmp_path / "job"
-    args = [*JOB, *paths(made), *ENV_ARGS, f"hydra.run.dir={job}"]
+    args = [*JOB, *out_paths(made), *ENV_ARGS, f"hydra.run.dir={job}"]
     logs = [tmp_path / f"node{i}.log" for i in (0, 1)]
     with _logs_on_failure(*logs), Listeners(bed) as seen:
         procs = [host_app(bed, i, args, logs[i], slurm_env(bed, i)) for i in (0, 1)]
@@ -172,7 +171,7 @@ def test_env_job_from_slurm_variables(bed, made, local_run, tmp_path):
 def _cut_job(bed, made, tmp_path):
     """A long SLURM-started job (rpc timeout 10 s: 5 s heartbeat timeout) and its two
     launchers, once it trains."""
-    args = [*JOB, *paths(made), *ENV_ARGS, f"hydra.run.dir={tmp_path / 'job'}"]
+    args = [*JOB, *out_paths(made), *ENV_ARGS, f"hydra.run.dir={tmp_path / 'job'}"]
     # A trainer blocked in a collective on a cut link answers SIGTERM only when killed: the
     # launcher's grace (cluster.shutdown_timeout_s) then adds to the heartbeat timeout.
     args += ["train.epochs=1000", f"sampler.rpc_timeout_s={RPC_TIMEOUT_S}"]
@@ -228,21 +227,26 @@ def test_launcher_killed_on_one_host_ends_the_other(bed, made, tmp_path):
 def test_torchrun_job_across_hosts(bed, made, local_run, tmp_path):
     job = tmp_path / "job"
     logs = [tmp_path / f"node{i}.log" for i in (0, 1)]
-    app = ["-m", "app", *JOB, *paths(made), "cluster=env", "cluster.allow_remote=true",
-           f"hydra.run.dir={job}"]  # fmt: skip
+    app = [
+        *JOB,
+        *out_paths(made),
+        "cluster=env",
+        "cluster.allow_remote=true",
+        f"hydra.run.dir={job}",
+    ]
 
     def agent(i: int) -> list[str]:
         # The hosts share one host name: torchrun is told which host serves the rendezvous
         # (is_host) and each agent's address (the MASTER_ADDR its workers get), not guessing
         # them from the name as it would on machines of their own.
-        return [
-            str(TORCHRUN), "--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={bed.addr(0)}:{BASE_PORT}", "--rdzv-id=hosts",
-            f"--rdzv-conf=is_host={int(i == 0)}", f"--local-addr={bed.addr(i)}",
-            "--monitor-interval=0.5", *app,
-        ]  # fmt: skip
+        options = [
+            f"--rdzv-conf=is_host={int(i == 0)}",
+            f"--local-addr={bed.addr(i)}",
+            "--monitor-interval=0.5",
+        ]
+        return torchrun_cmd(app, f"{bed.addr(0)}:{BASE_PORT}", rdzv_id="hosts", options=options)
 
-    env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'launchers'}"}
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH}
     with _logs_on_failure(*logs), Listeners(bed) as seen:
         procs = []
         for i in (0, 1):
@@ -264,7 +268,7 @@ def test_torchrun_job_across_hosts(bed, made, local_run, tmp_path):
 
 @pytest.mark.long
 def test_cut_link_in_ssh_mode_names_the_host(bed, made, tmp_path):
-    args = [*JOB, *paths(made), *ssh_args(bed, state_dir(bed.prefix) / "ip_config.txt")]
+    args = [*JOB, *out_paths(made), *ssh_args(bed, state_dir(bed.prefix) / "ip_config.txt")]
     args += [f"cluster.master_port={BASE_PORT}", f"hydra.run.dir={tmp_path / 'job'}"]
     args += ["train.epochs=1000", f"sampler.rpc_timeout_s={RPC_TIMEOUT_S}"]
     args += ["cluster.shutdown_timeout_s=3"]

@@ -11,8 +11,8 @@ import pytest
 
 from app.testbed.__main__ import main
 from app.testbed.net import Testbed, leftovers, parse_rate, tbf_args
-from tests.conftest import REPO
-from tests.hosts.conftest import unavailable
+from tests.helpers.hosts import unavailable
+from tests.helpers.jobs import REPO
 
 
 def _qdisc(tb: Testbed, i: int) -> str:
@@ -47,12 +47,14 @@ def test_up_without_root_is_one_line(monkeypatch, capsys):
     assert err.strip().splitlines() == ["testbed: testbed needs root (euid 1000): run it with sudo"]
 
 
+@pytest.mark.dist
 def test_bad_rate_is_one_line():
     proc = _cli("--prefix", "dgtbad", "up", "--rate", "fast")
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and "fast" in proc.stderr
 
 
+@pytest.mark.dist
 def test_up_is_idempotent_shapes_and_down_leaves_nothing():
     reason = unavailable()
     if reason:

@@ -115,7 +115,7 @@ def test_failed_sweep_job_is_a_row_with_its_reason_and_report_shows_it(tmp_path)
     """Job 1 resumes from a corrupt checkpoint: the sweep ends with its table (the failed row
     carries the reason) and one line, no traceback; `report` shows the same rows, error and
     time; job 0, one process, has its result.json like a distributed job."""
-    from tests.conftest import run_app
+    from tests.helpers.jobs import run_app
 
     sweep = tmp_path / "sweep"
     (sweep / "1" / "checkpoints").mkdir(parents=True)

@@ -7,7 +7,7 @@ from hydra.core.plugins import Plugins
 from hydra.plugins.launcher import Launcher
 from hydra_plugins.distgnn_launcher.launcher import DistgnnLauncher
 
-from tests.conftest import REPO
+from tests.helpers.jobs import REPO
 
 
 def test_discovered_by_hydra():

@@ -17,7 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import REPO, default_sigint, run_app, stop_and_tell, wait_for_job
+from tests.helpers.jobs import REPO, default_sigint, run_app, stop_and_tell, wait_for_job
+from tests.helpers.torchrun import torchrun_cmd
 
 pytestmark = pytest.mark.dist
 
@@ -72,6 +73,7 @@ def test_two_node_run(shared, tmp_path):
     assert artifacts == {"logs/trainer0-0.log", "logs/trainer1-0.log"}
 
 
+@pytest.mark.long  # two 4-trainer jobs: the costliest test of make test (~70 CPU-s)
 def test_layerwise_with_two_trainers_per_node_equals_full_fanout_sampling(shared, tmp_path):
     """A node's second trainer holds no table shard (it reads its targets' rows and writes its
     results by RPC): layer-wise evaluation still gives what full-fan-out sampling gives."""
@@ -237,23 +239,9 @@ def test_torchrun_two_agents_env_mode(shared, tmp_path):
     (port,) = free_ports(1)
     procs = []
     for node in (0, 1):
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nnodes=2",
-            f"--node_rank={node}",
-            "--nproc_per_node=1",
-            "--master_addr=127.0.0.1",
-            f"--master_port={port}",
-            "-m",
-            "app",
-            *SMOKE,
-            *_common(shared, tmp_path),
-            "cluster=env",
-            "cluster.num_nodes=2",
-            f"hydra.run.dir={tmp_path}/node{node}",
-        ]
+        app_args = [*SMOKE, *_common(shared, tmp_path), "cluster=env", "cluster.num_nodes=2",
+                    f"hydra.run.dir={tmp_path}/node{node}"]  # fmt: skip
+        cmd = torchrun_cmd(app_args, f"127.0.0.1:{port}", node_rank=node)
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         procs.append(
             subprocess.Popen(

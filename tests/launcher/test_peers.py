@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from app.launch.peers import PeerWatch
 from app.launch.plan import free_ports
 from app.train.wire import WireMeter, read_counters
@@ -62,6 +64,7 @@ def test_node_0_gone_is_named_by_the_others():
         w1.close()
 
 
+@pytest.mark.dist
 def test_a_launcher_whose_node_0_never_served_exits_clean():
     """Node 0's store never up (its machine gone before the job): node 1's watch gives up each
     connect in Python, quickly and quietly, so the launcher's exit never finds the beat thread

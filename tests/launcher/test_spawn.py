@@ -16,7 +16,7 @@ import pytest
 from app.launch.plan import ProcSpec
 from app.launch.spawn import JobFailed, run_procs
 from app.runtime import Runtime
-from tests.conftest import default_sigint
+from tests.helpers.jobs import default_sigint
 
 
 def _spec(name: str, code: str, pid_dir: Path) -> ProcSpec:
@@ -41,6 +41,7 @@ def _alive(pids: list[int]) -> list[int]:
     return out
 
 
+@pytest.mark.dist
 def test_success_writes_prefixed_logs_and_echoes(tmp_path, capsys):
     specs = [
         _spec("a", "print('hello'); print('bar 50%', end='\\r'); print('bar 100%')", tmp_path),
@@ -57,6 +58,7 @@ def test_success_writes_prefixed_logs_and_echoes(tmp_path, capsys):
     assert "from b" not in out
 
 
+@pytest.mark.dist
 def test_first_failure_stops_siblings_and_reports_tail(tmp_path):
     specs = [
         _spec("sleeper", "time.sleep(60)", tmp_path),
@@ -77,6 +79,7 @@ def test_first_failure_stops_siblings_and_reports_tail(tmp_path):
     assert _alive(_pids(tmp_path)) == []
 
 
+@pytest.mark.dist
 def test_sigterm_ignoring_child_is_killed_after_grace(tmp_path):
     specs = [
         _spec(
@@ -91,6 +94,7 @@ def test_sigterm_ignoring_child_is_killed_after_grace(tmp_path):
     assert _alive(_pids(tmp_path)) == []
 
 
+@pytest.mark.dist
 def test_grandchildren_in_the_group_are_stopped(tmp_path):
     grandchild = (
         "import subprocess; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']);"
@@ -107,6 +111,7 @@ def test_grandchildren_in_the_group_are_stopped(tmp_path):
     assert _alive(pids) == []
 
 
+@pytest.mark.dist
 def test_timeout_stops_everything(tmp_path):
     specs = [_spec("slow", "time.sleep(60)", tmp_path)]
     with pytest.raises(TimeoutError, match="within 1"):
@@ -132,6 +137,7 @@ LAUNCHER = textwrap.dedent(
 )
 
 
+@pytest.mark.dist
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signal_on_launcher_stops_children(tmp_path, sig):
     repo = str(Path(__file__).resolve().parents[2])
@@ -161,6 +167,7 @@ def test_signal_on_launcher_stops_children(tmp_path, sig):
             launcher.wait()
 
 
+@pytest.mark.dist
 def test_sigkilled_launcher_leaves_no_orphans(tmp_path):
     """PDEATHSIG: children get SIGTERM when the launcher dies without cleaning up."""
     repo = str(Path(__file__).resolve().parents[2])
@@ -183,6 +190,7 @@ def test_sigkilled_launcher_leaves_no_orphans(tmp_path):
             launcher.wait()
 
 
+@pytest.mark.dist
 def test_worker_outside_a_job_fails_with_one_line(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("DISTGNN_")}
     out = subprocess.run(
@@ -200,6 +208,7 @@ def test_worker_outside_a_job_fails_with_one_line(tmp_path):
     ]
 
 
+@pytest.mark.dist
 def test_worker_error_ends_with_one_line_after_traceback(tmp_path):
     rt = Runtime(
         "trainer",

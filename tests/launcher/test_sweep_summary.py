@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from app.tracking.summary import sweep_url
-from tests.conftest import run_app
+from tests.helpers.jobs import run_app
 
 
+@pytest.mark.dist
 def test_sweep_prints_table_logs_best_and_report_reads_it_back(tmp_path):
     sweep = tmp_path / "sweep"
     proc = run_app(

@@ -15,17 +15,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from app.launch.orphans import PID_FILE, end_orphaned_runs
 from app.launch.spawn import JobFailed
 from app.tracking.mlflow import MlflowTracker
-from tests.conftest import REPO
-from tests.launcher.test_trust_launch import (  # noqa: F401
-    SMOKE,
-    _child_pid,
-    _paths,
-    made,
-    training_launcher,
-)
+from tests.helpers.jobs import REPO, SMOKE, child_pid, data_paths, training_launcher
 
 
 def test_culprit_is_the_childs_error_line():
@@ -42,18 +37,19 @@ def test_culprit_is_the_childs_error_line():
     )
 
 
+@pytest.mark.dist
 def test_killed_sampler_fails_the_run_with_the_culprit_line(made, tmp_path):  # noqa: F811
     from mlflow.tracking import MlflowClient
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     job = tmp_path / "run"
     args = [
-        *SMOKE, *_paths(made), f"partition.root={made / 'P'}", f"hydra.run.dir={job}",
+        *SMOKE, *data_paths(made), f"partition.root={made / 'P'}", f"hydra.run.dir={job}",
         "mlflow.enabled=true", f"mlflow.tracking_uri={uri}", "train.epochs=50",
         "loader.num_workers=1", "cluster.shutdown_timeout_s=3",
     ]  # fmt: skip
     with training_launcher(args, job, ready=(job / "mlflow_run_id").exists) as launcher:
-        os.kill(_child_pid(launcher, "sampler", "1"), signal.SIGKILL)
+        os.kill(child_pid(launcher, "sampler", "1"), signal.SIGKILL)
         _, err = launcher.communicate(timeout=120)
     assert launcher.returncode == 1, err[-2000:]
     run = MlflowClient(uri).get_run((job / "mlflow_run_id").read_text().strip())
@@ -78,6 +74,7 @@ finish_tracking(cfg, job, "FAILED", "trainer0-0 failed (exit code 1): RuntimeErr
 """
 
 
+@pytest.mark.dist
 def test_run_whose_store_could_not_be_written_is_ended_by_the_next_job(tmp_path):
     from mlflow.tracking import MlflowClient
 
@@ -112,6 +109,7 @@ runpy.run_module("app.launch.worker", run_name="__main__")
 """
 
 
+@pytest.mark.dist
 def test_worker_exits_even_if_its_output_pipe_is_gone(tmp_path):
     """Issue 28, finding 9: with the launcher's end of stdout/stderr closed, the worker's last
     print raises BrokenPipeError; that must not skip `os._exit` and leave the worker to its
@@ -133,17 +131,19 @@ def test_worker_exits_even_if_its_output_pipe_is_gone(tmp_path):
     assert code == 1  # EXIT_ERROR, by os._exit: not stuck behind the thread
 
 
+@pytest.mark.dist
+@pytest.mark.long  # a whole job: test_dist_faults proves the sampler's part in make test
 def test_sigint_to_a_sampler_stops_the_job_as_fast_as_sigterm(made, tmp_path):  # noqa: F811
     """Issue 28, finding 7: SIGINT to a sampler used to log "stopped by signal" and serve on
     through a graceful RPC shutdown bounded by cluster.init_timeout_s (60 s here)."""
     job = tmp_path / "run"
     args = [
-        *SMOKE, *_paths(made), f"partition.root={made / 'P'}", f"hydra.run.dir={job}",
+        *SMOKE, *data_paths(made), f"partition.root={made / 'P'}", f"hydra.run.dir={job}",
         "train.epochs=200", "loader.num_workers=1", "cluster.shutdown_timeout_s=3",
         "cluster.init_timeout_s=60",
     ]  # fmt: skip
     with training_launcher(args, job) as launcher:
-        os.kill(_child_pid(launcher, "sampler", "1"), signal.SIGINT)
+        os.kill(child_pid(launcher, "sampler", "1"), signal.SIGINT)
         sent = time.monotonic()
         _, err = launcher.communicate(timeout=120)
         took = time.monotonic() - sent

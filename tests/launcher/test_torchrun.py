@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import psutil
@@ -21,11 +20,11 @@ import pytest
 import torch
 
 from app.launch.plan import free_ports
-from tests.conftest import REPO, run_app, wait_for_job
+from tests.helpers.jobs import REPO, out_paths, partitioned, run_app, wait_for_job
+from tests.helpers.torchrun import PYTHONPATH, torchrun_cmd
 
 pytestmark = [pytest.mark.dist, pytest.mark.long]
 
-TORCHRUN = Path(sys.executable).with_name("torchrun")
 JOB = (
     "+experiment=smoke",
     "cluster.num_nodes=2",
@@ -42,36 +41,20 @@ JOB = (
 KEYS = ("loss", "train_acc", "val_acc", "test_acc", "steps")
 
 
-def _paths(out: Path) -> list[str]:
-    return [f"output_dir={out}", f"dataset.root={out / 'data'}", f"partition.root={out / 'P'}"]
-
-
 @pytest.fixture(scope="module")
 def made(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("torchrun")
-    proc = run_app("task=partition", *JOB, *_paths(out), timeout=180)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return out
+    return partitioned(tmp_path_factory.mktemp("torchrun"), *JOB)
 
 
 def _agent(made: Path, job: Path, port: int, log: Path) -> subprocess.Popen:
-    cmd = [
-        str(TORCHRUN),
-        "--nnodes=2",
-        "--nproc-per-node=1",
-        "--max-restarts=2",
-        "--rdzv-backend=c10d",
-        f"--rdzv-endpoint=127.0.0.1:{port}",
-        "--rdzv-id=selfheal",
-        "--monitor-interval=0.5",
-        "-m",
-        "app",
-        "cluster=env",
-        *JOB,
-        *_paths(made),
-        f"hydra.run.dir={job}",
-    ]
-    env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'launchers'}"}
+    app_args = ["cluster=env", *JOB, *out_paths(made), f"hydra.run.dir={job}"]
+    cmd = torchrun_cmd(
+        app_args,
+        f"127.0.0.1:{port}",
+        rdzv_id="selfheal",
+        options=["--max-restarts=2", "--monitor-interval=0.5"],
+    )
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH}
     with open(log, "w") as fh:
         return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT)
 
@@ -112,7 +95,9 @@ def _wait_mid_epoch_checkpoint(path: Path, epoch: int, agents, logs: list[Path])
 
 def test_a_node_killed_mid_epoch_is_restarted_and_the_job_heals(made, tmp_path):
     whole = tmp_path / "whole"
-    ref = run_app(*JOB, *_paths(made), "cluster.mode=local", f"hydra.run.dir={whole}", timeout=300)
+    ref = run_app(
+        *JOB, *out_paths(made), "cluster.mode=local", f"hydra.run.dir={whole}", timeout=300
+    )
     assert ref.returncode == 0, ref.stderr[-2000:]
     want = json.loads((whole / "result.json").read_text())
 

@@ -14,8 +14,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -28,28 +26,21 @@ from app.launch.plan import ProcSpec
 from app.launch.spawn import JobFailed, run_procs
 from app.partition.reader import PartitionError
 from app.runtime import Runtime
-from tests.conftest import REPO, run_app, small_disk, stop_and_tell, wait_for_job
-
-SMOKE = ("+experiment=smoke", "cluster.num_nodes=2", "mlflow.enabled=false")
-
-
-@pytest.fixture(scope="module")
-def made(tmp_path_factory) -> Path:
-    """Output dir holding the smoke dataset and its 2-part partition at `<dir>/P`."""
-    out = tmp_path_factory.mktemp("trust")
-    proc = run_app(
-        "task=partition", *SMOKE, *_paths(out), f"partition.root={out / 'P'}", timeout=180
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return out
-
-
-def _paths(out: Path) -> list[str]:
-    return [f"output_dir={out}", f"dataset.root={out / 'data'}"]
+from tests.helpers.disk import small_disk
+from tests.helpers.jobs import (
+    REPO,
+    SMOKE,
+    child_pid,
+    data_paths,
+    run_app,
+    stop_and_tell,
+    training_launcher,
+    wait_for_job,
+)
 
 
 def _job(compose, made: Path, root: Path, *extra: str):
-    return compose(*SMOKE, *_paths(made), f"partition.root={root}", *extra)
+    return compose(*SMOKE, *data_paths(made), f"partition.root={root}", *extra)
 
 
 def _copy(made: Path, tmp_path: Path) -> Path:
@@ -66,6 +57,7 @@ def _refused(cfg, tmp_path: Path, error: type, match: str) -> str:
     return msg
 
 
+@pytest.mark.dist
 def test_overwritten_features_fail_before_any_child(compose, made, tmp_path):
     root = _copy(made, tmp_path)
     path = root / "part_0" / "node_feats.pt"
@@ -75,38 +67,43 @@ def test_overwritten_features_fail_before_any_child(compose, made, tmp_path):
     _refused(_job(compose, made, root), tmp_path, PartitionError, "node_feats.pt: checksum")
 
 
+@pytest.mark.dist
 def test_bit_rot_behind_the_marker_fails_the_job_naming_the_file(compose, made, tmp_path):
     """Issue 28: rot keeps size and mtime, so the launcher's cached check passes; the child
     that loads the part hashes it and the job fails naming the file (it trained to nan)."""
     from app.partition.reader import verify_partition
-    from tests.unit.test_trust import _rot
+    from tests.helpers.disk import rot
 
     root = _copy(made, tmp_path)
     verify_partition(root, 2)
-    _rot(root / "part_0" / "node_feats.pt")
+    rot(root / "part_0" / "node_feats.pt")
     verify_partition(root, 2)
     with pytest.raises(JobFailed, match=r"part_0/node_feats.pt: checksum mismatch"):
         run_job(_job(compose, made, root, "train.epochs=1"), tmp_path / "job")
 
 
+@pytest.mark.dist
 def test_truncated_file_fails_before_any_child(compose, made, tmp_path):
     root = _copy(made, tmp_path)
     os.truncate(root / "part_1" / "graph.pt", 1000)
     _refused(_job(compose, made, root), tmp_path, PartitionError, "part_1/graph.pt: checksum")
 
 
+@pytest.mark.dist
 def test_partition_for_other_node_count_suggests_a_safe_fix(compose, made, tmp_path):
     cfg = _job(compose, made, made / "P", "cluster.num_nodes=3")
     msg = _refused(cfg, tmp_path, PartitionError, "has 2 parts, this job has 3 nodes")
     assert "cluster.num_nodes=2" in msg and "overwrite" not in msg
 
 
+@pytest.mark.dist
 def test_partition_of_other_dataset_suggests_a_safe_fix(compose, made, tmp_path):
     cfg = _job(compose, made, made / "P", "dataset.num_nodes=2100")
     msg = _refused(cfg, tmp_path, PartitionError, "made for another dataset")
     assert "overwrite" not in msg
 
 
+@pytest.mark.dist
 def test_busy_fixed_port_fails_before_any_child(compose, made, tmp_path):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -122,6 +119,7 @@ def _printer(name: str, lines: int) -> ProcSpec:
     return ProcSpec(name, "trainer", 0, "127.0.0.1", [sys.executable, "-c", code], {}, rt)
 
 
+@pytest.mark.dist
 def test_log_pump_survives_a_full_disk_and_drains_the_pipe(tmp_path, capfd):
     """/dev/full fails every write with ENOSPC: the child (2 MB of output, far more than a pipe
     holds) must still finish, and the launcher keeps the last lines for the failure report."""
@@ -132,10 +130,15 @@ def test_log_pump_survives_a_full_disk_and_drains_the_pipe(tmp_path, capfd):
     assert "No space left on device" in capfd.readouterr().err
 
 
+@pytest.mark.dist
 def test_disk_full_while_partitioning_is_one_line(made, tmp_path):
     with small_disk(tmp_path / "small", "200k") as small:
         proc = run_app(
-            "task=partition", *SMOKE, *_paths(made), f"partition.root={small / 'P'}", timeout=180
+            "task=partition",
+            *SMOKE,
+            *data_paths(made),
+            f"partition.root={small / 'P'}",
+            timeout=180,
         )
     assert proc.returncode == 1
     (line,) = proc.stderr.strip().splitlines()[-1:]
@@ -143,11 +146,12 @@ def test_disk_full_while_partitioning_is_one_line(made, tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.dist
 def test_sigterm_stops_the_job_with_143_and_no_traceback(made, tmp_path):
     job = tmp_path / "run"
     args = [
         *SMOKE,
-        *_paths(made),
+        *data_paths(made),
         f"partition.root={made / 'P'}",
         f"hydra.run.dir={job}",
         "train.epochs=50",
@@ -175,6 +179,7 @@ def test_sigterm_stops_the_job_with_143_and_no_traceback(made, tmp_path):
     assert "terminated (SIGTERM)" in err
 
 
+@pytest.mark.dist
 def test_meta_byte_flip_in_the_default_folder_names_the_file(compose, made, tmp_path):
     from app.launch.precheck import expected_partition
 
@@ -198,6 +203,7 @@ def _beater(name: str, tmp_path: Path, code: str) -> ProcSpec:
     )
 
 
+@pytest.mark.dist
 def test_a_stopped_child_is_named_within_the_heartbeat_timeout(tmp_path):
     """Finding 6: a SIGSTOPped process never exits; its silence fails the job, naming it.
     A child that beats but is busy far longer than the timeout is left alone."""
@@ -210,6 +216,7 @@ def test_a_stopped_child_is_named_within_the_heartbeat_timeout(tmp_path):
     assert time.monotonic() - start < 1.0 + 2.0 + 0.2 + 5.0  # stop + timeout + beat + slack
 
 
+@pytest.mark.dist
 def test_a_beating_child_outlives_the_heartbeat_timeout(tmp_path):
     run_procs(
         [_beater("slow", tmp_path, "time.sleep(3.0)")],
@@ -219,46 +226,7 @@ def test_a_beating_child_outlives_the_heartbeat_timeout(tmp_path):
     )
 
 
-@contextmanager
-def training_launcher(
-    args: list[str], job: Path, ready: Callable[[], bool] = lambda: True
-) -> Iterator[subprocess.Popen]:
-    """`python -m app ARGS` once its rank-0 trainer has logged an epoch (and `ready()` holds),
-    waiting as long as the job makes progress; on the way out every process it started is
-    killed."""
-    launcher = subprocess.Popen(
-        [sys.executable, "-m", "app", *args], cwd=REPO, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        log = job / "logs" / "trainer0-0.log"
-
-        def trained() -> bool:
-            return ready() and "epoch" in (log.read_text() if log.exists() else "")
-
-        wait_for_job(trained, launcher, "job did not train", lambda: stop_and_tell(launcher))
-        yield launcher
-    finally:
-        if launcher.poll() is None:
-            for p in psutil.Process(launcher.pid).children(recursive=True):
-                p.kill()
-            launcher.kill()
-            launcher.wait()
-
-
-def _child_pid(launcher: subprocess.Popen, role: str, node: str) -> int | None:
-    """Pid of the launcher's child with DISTGNN_ROLE=role on node `node`, if started."""
-    for p in psutil.Process(launcher.pid).children(recursive=True):
-        try:
-            env = p.environ()
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-        worker = "app.launch.worker" in " ".join(p.cmdline())  # not a helper it started
-        if worker and env.get("DISTGNN_ROLE") == role and env.get("DISTGNN_NODE_RANK") == node:
-            return p.pid
-    return None
-
-
+@pytest.mark.dist
 @pytest.mark.long
 def test_a_stopped_sampler_ends_the_job_within_the_rpc_timeout(made, tmp_path):
     """Finding 6 end to end: SIGSTOP on a sampler mid-training ended the job only after
@@ -266,7 +234,7 @@ def test_a_stopped_sampler_ends_the_job_within_the_rpc_timeout(made, tmp_path):
     job, rpc_timeout = tmp_path / "run", 10.0
     args = [
         *SMOKE,
-        *_paths(made),
+        *data_paths(made),
         f"partition.root={made / 'P'}",
         f"hydra.run.dir={job}",
         "train.epochs=50",
@@ -275,7 +243,7 @@ def test_a_stopped_sampler_ends_the_job_within_the_rpc_timeout(made, tmp_path):
         "cluster.shutdown_timeout_s=3",
     ]
     with training_launcher(args, job) as launcher:
-        os.kill(_child_pid(launcher, "sampler", "1"), signal.SIGSTOP)
+        os.kill(child_pid(launcher, "sampler", "1"), signal.SIGSTOP)
         stopped = time.monotonic()
         _, err = launcher.communicate(timeout=rpc_timeout * 6)
         took = time.monotonic() - stopped
@@ -290,6 +258,7 @@ def test_a_stopped_sampler_ends_the_job_within_the_rpc_timeout(made, tmp_path):
     assert took < rpc_timeout * 4, took
 
 
+@pytest.mark.dist
 def test_env_node_without_its_node_0_fails_within_the_init_timeout(made, tmp_path):
     """Finding 6, env mode: node 1 started by torchrun whose node 0 is gone names node 0's
     address within cluster.init_timeout_s instead of waiting longer."""
@@ -304,7 +273,7 @@ def test_env_node_without_its_node_0_fails_within_the_init_timeout(made, tmp_pat
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(base),
     }
-    args = [*SMOKE, "cluster=env", *_paths(made), f"partition.root={made / 'P'}"]
+    args = [*SMOKE, "cluster=env", *data_paths(made), f"partition.root={made / 'P'}"]
     job = tmp_path / "run"
     proc = run_app(
         *args,
@@ -328,7 +297,13 @@ def test_env_node_without_its_node_0_fails_within_the_init_timeout(made, tmp_pat
 
 
 def _job_args(made: Path, job: Path, *extra: str) -> list[str]:
-    return [*SMOKE, *_paths(made), f"partition.root={made / 'P'}", f"hydra.run.dir={job}", *extra]
+    return [
+        *SMOKE,
+        *data_paths(made),
+        f"partition.root={made / 'P'}",
+        f"hydra.run.dir={job}",
+        *extra,
+    ]
 
 
 def _freeze_and_kill(launcher: subprocess.Popen) -> None:
@@ -343,6 +318,7 @@ def _freeze_and_kill(launcher: subprocess.Popen) -> None:
     launcher.wait(timeout=30)
 
 
+@pytest.mark.dist
 @pytest.mark.long
 def test_two_node_job_killed_mid_epoch_resumes_to_the_same_metrics(made, tmp_path):
     """Finding 8 + train.checkpoint_every_steps: a 2-node job SIGKILLed inside epoch 1 after a
@@ -387,6 +363,7 @@ def test_two_node_job_killed_mid_epoch_resumes_to_the_same_metrics(made, tmp_pat
     assert {k: got[k] for k in keys} == {k: want[k] for k in keys}
 
 
+@pytest.mark.dist
 @pytest.mark.long
 def test_a_sigkilled_launchers_run_is_ended_killed_by_the_next_job(made, tmp_path):
     """A job killed at once (launcher and children: SIGKILL, as a crashed machine) leaves its

@@ -169,13 +169,14 @@ def test_truncated_chunk_is_one_line_at_open(tmp_path):
         ChunkedGraph(graph.root)
 
 
+@pytest.mark.dist
 def test_killed_generation_leaves_nothing_after_the_next_run(tmp_path):
     """A generator killed by SIGKILL runs no cleanup: the next writer of that root removes
     its `.tmp-<pid>` / `.spill-<pid>` once the pid is gone."""
     import subprocess
     import sys
 
-    from tests.conftest import REPO
+    from tests.helpers.jobs import REPO
 
     script = (
         "import os, sys\n"
@@ -199,12 +200,13 @@ def test_killed_generation_leaves_nothing_after_the_next_run(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["chunked"]
 
 
+@pytest.mark.dist
 def test_partition_cli_on_a_bad_chunk_is_one_line_and_no_run_left_running(tmp_path):
     """`task=partition partition=stream` on a chunked copy with an out-of-range id: rc 1,
     one line naming the chunk and the value, no tmp folder, the MLflow run FAILED."""
     import app.partition.task as task
     from app.config import to_config
-    from tests.conftest import run_app
+    from tests.helpers.jobs import run_app
 
     args = [
         "task=partition", "partition=stream", "cluster.num_nodes=2", f"output_dir={tmp_path}",

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from tests.conftest import REPO, run_app
+from tests.helpers.jobs import REPO, run_app
 
 
 def _runs(tmp_path):
@@ -19,6 +19,7 @@ def _runs(tmp_path):
     return client, client.search_runs([exp.experiment_id])
 
 
+@pytest.mark.dist
 def test_partition_task_writes_then_reuses_and_logs(tmp_path):
     args = [
         "task=partition",
@@ -39,6 +40,7 @@ def test_partition_task_writes_then_reuses_and_logs(tmp_path):
     assert 0 < float(runs[0].data.params["partition_stats.edge_cut_frac"]) < 0.5
 
 
+@pytest.mark.dist
 def test_single_process_training_learns_and_logs(tmp_path):
     proc = run_app(
         "+experiment=smoke",
@@ -71,6 +73,7 @@ def test_single_process_training_learns_and_logs(tmp_path):
     assert run.data.metrics["test_acc"] >= 2 * majority
 
 
+@pytest.mark.dist
 @pytest.mark.parametrize("bad", ["dataset.num_nodes=0", "model.num_layers=3"])
 def test_bad_config_fails_before_any_work(tmp_path, bad):
     proc = run_app("+experiment=smoke", f"output_dir={tmp_path}", bad, timeout=60)
@@ -92,6 +95,7 @@ time.sleep(10)
 """
 
 
+@pytest.mark.dist
 def test_sigterm_after_the_job_ended_exits_143():
     """A SIGTERM once `run_cli` returned exits 143 at once; it used to raise KeyboardInterrupt
     outside every handler, so the interpreter died by SIGINT (exit -2, a traceback)."""

@@ -8,7 +8,7 @@ import pytest
 from hydra.errors import ConfigCompositionException
 
 from app.config import Config, ConfigError, check_overrides
-from tests.conftest import run_app
+from tests.helpers.jobs import run_app
 
 
 @pytest.mark.parametrize(
@@ -92,6 +92,7 @@ def test_unknown_key_and_wrong_type_fail_at_compose(compose):
         compose("train.epochs=abc")
 
 
+@pytest.mark.dist
 def test_cli_typo_fails_fast_naming_the_key():
     start = time.monotonic()
     proc = run_app("+experiment=products_homo", "train.epochz=3", timeout=30)
@@ -100,6 +101,7 @@ def test_cli_typo_fails_fast_naming_the_key():
     assert time.monotonic() - start < 10
 
 
+@pytest.mark.dist
 def test_cli_cross_field_error_is_one_line(tmp_path):
     proc = run_app(
         "+experiment=products_homo", "loader.batch_size=-4", f"output_dir={tmp_path}", timeout=30
@@ -109,6 +111,7 @@ def test_cli_cross_field_error_is_one_line(tmp_path):
     assert lines == ["config error: loader.batch_size=-4: must be > 0"]
 
 
+@pytest.mark.dist
 def test_cli_prints_composed_config():
     proc = run_app("+experiment=products_homo", "--cfg", "job", timeout=30)
     assert proc.returncode == 0, proc.stderr

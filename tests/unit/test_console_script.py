@@ -6,7 +6,9 @@ import os
 import re
 import subprocess
 
-from tests.conftest import PYTHON, REPO
+import pytest
+
+from tests.helpers.jobs import PYTHON, REPO
 
 
 def _script(*args: str, cwd) -> subprocess.CompletedProcess:
@@ -22,12 +24,14 @@ def _script(*args: str, cwd) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.dist
 def test_script_composes_configs_from_any_directory(tmp_path):
     proc = _script("+experiment=smoke", "--cfg", "job", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "experiment: smoke" in proc.stdout
 
 
+@pytest.mark.dist
 def test_script_has_the_report_subcommand(tmp_path):
     proc = _script("report", "--help", cwd=tmp_path)
     assert proc.returncode == 0 and proc.stdout.startswith("usage: python -m app report")

@@ -170,6 +170,7 @@ def _load_edges(cfg: DatasetConfig, queue) -> None:
     queue.put(load_dataset(cfg, seed=5).edge_index.sum().item())
 
 
+@pytest.mark.dist
 def test_cache_concurrent_writers(tmp_path):
     cfg = products_cfg(tmp_path, num_nodes=3000)
     ctx = mp.get_context("fork")

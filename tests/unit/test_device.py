@@ -11,9 +11,8 @@ from app.task.local import LocalSource
 from app.task.node import NodeTask
 from app.train.checkpoint import checkpoint_path, load_checkpoint, read_checkpoint
 from app.train.loop import FitOptions, fit
-from tests.conftest import run_app
-from tests.unit.test_model import toy_graph
-from tests.unit.test_train import toy_config
+from tests.helpers.jobs import run_app
+from tests.helpers.toy import toy_config, toy_graph
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="no CUDA device on this machine")
@@ -31,6 +30,7 @@ def test_unknown_device_is_rejected(compose):
         compose("+experiment=smoke", "train.device=tpu")
 
 
+@pytest.mark.dist
 @needs_no_cuda
 def test_cuda_without_cuda_fails_in_one_line_before_any_process(tmp_path):
     proc = run_app(

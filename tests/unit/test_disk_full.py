@@ -12,7 +12,8 @@ import torch
 
 from app.fsutil import DiskFullError, write_text_atomic
 from app.train.checkpoint import save_checkpoint
-from tests.conftest import REPO, small_disk
+from tests.helpers.disk import small_disk
+from tests.helpers.jobs import REPO
 
 ONE_LINE = r"no space left on device writing {} \(\d+ MiB free\): free some space"
 
@@ -28,6 +29,7 @@ def _fill(folder) -> None:
             pass
 
 
+@pytest.mark.dist
 def test_checkpoint_on_a_full_disk_is_one_line_naming_it(tmp_path):
     with small_disk(tmp_path / "disk", "1m") as disk:
         path = disk / "checkpoints" / "last.pt"
@@ -40,6 +42,7 @@ def test_checkpoint_on_a_full_disk_is_one_line_naming_it(tmp_path):
     assert left == [], f"temp files left behind: {left}"
 
 
+@pytest.mark.dist
 def test_result_json_on_a_full_disk_is_one_line_naming_it(tmp_path):
     with small_disk(tmp_path / "disk", "1m") as disk:
         path = disk / "job" / "result.json"
@@ -50,6 +53,7 @@ def test_result_json_on_a_full_disk_is_one_line_naming_it(tmp_path):
     assert left == [], f"temp files left behind: {left}"
 
 
+@pytest.mark.dist
 def test_mlflow_store_on_a_full_disk_is_one_line_naming_it(tmp_path, compose, capfd):
     from app.tracking.mlflow import MlflowTracker
 
@@ -65,6 +69,7 @@ def test_mlflow_store_on_a_full_disk_is_one_line_naming_it(tmp_path, compose, ca
     assert "Traceback" not in capfd.readouterr().err  # MLflow's own logged traceback too
 
 
+@pytest.mark.dist
 def test_a_killed_writers_temp_file_is_removed_and_no_other(tmp_path):
     """Chaos trial: a trainer SIGKILLed inside torch_save_atomic left checkpoints/.last.pt.*.tmp
     behind the ended job. The launcher removes temp files whose writer (this host) is gone,

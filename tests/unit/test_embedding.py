@@ -10,7 +10,7 @@ import torch
 from app.distributed.embedding import DistEmbedding
 from app.distributed.optim import SparseAdagrad, SparseAdam
 from app.distributed.tensor import DistTensor, unregister
-from tests.conftest import PYTHON, REPO
+from tests.helpers.jobs import PYTHON, REPO
 
 
 class OnePart:

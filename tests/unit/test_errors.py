@@ -7,9 +7,10 @@ import subprocess
 import pytest
 
 from app.config import ConfigError, check_overrides
-from tests.conftest import PYTHON, REPO, run_app
+from tests.helpers.jobs import PYTHON, REPO, run_app
 
 
+@pytest.mark.dist
 def test_experiment_typo_is_one_line_with_did_you_mean(tmp_path):
     proc = run_app("+experiment=smok", f"output_dir={tmp_path}", timeout=60)
     assert proc.returncode == 2
@@ -31,6 +32,7 @@ def test_group_option_typos(argv, hint):
     check_overrides(["-m", "model=sage,gat", "model=glob(*)"])  # valid choices and sweep syntax
 
 
+@pytest.mark.dist
 def test_missing_ogb_data_is_one_line_before_torch_is_imported(tmp_path):
     """`python -m app` (run as such, through runpy) names the missing files before it imports
     torch or PyG: the refusal costs the config's composition, not seconds of imports."""

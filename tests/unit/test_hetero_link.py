@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from app.dataset.link_split import HETERO_LINK_TYPE
@@ -9,7 +10,7 @@ from app.dataset.mag import generate_mag, to_hetero_data
 from app.model.link import HeteroLinkPredictor
 from app.task.link import LinkTask
 from app.task.local import LocalSource
-from tests.conftest import run_app
+from tests.helpers.jobs import run_app
 
 REV = ("field_of_study", "rev_has_topic", "paper")
 
@@ -47,6 +48,7 @@ def test_held_out_links_and_reverses_never_pass_messages(compose):
     assert res.scores.numel() == 2 * res.count and res.reciprocal_ranks.numel() == res.count
 
 
+@pytest.mark.dist
 def test_mag_link_experiment_learns_and_logs_auc(tmp_path):
     from mlflow.tracking import MlflowClient
 

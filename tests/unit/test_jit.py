@@ -14,7 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import REPO
+import pytest
+
+from tests.helpers.jobs import REPO
 
 CALL_KERNEL = """
 import json, logging, sys
@@ -38,6 +40,7 @@ def _run(code: str, cache: Path, cwd: Path) -> tuple[dict, str]:
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
 
 
+@pytest.mark.dist
 def test_kernels_cache_outside_the_checkout_and_a_second_checkout_reuses_them(tmp_path):
     cache = tmp_path / "cache"
     first, said = _run(CALL_KERNEL, cache, REPO)
@@ -54,6 +57,7 @@ def test_kernels_cache_outside_the_checkout_and_a_second_checkout_reuses_them(tm
     assert not list((other / "app").rglob("*.nbi"))  # nothing written into the work tree
 
 
+@pytest.mark.dist
 def test_changed_kernel_source_gets_its_own_entry(tmp_path):
     cache, other = tmp_path / "cache", tmp_path / "edited"
     shutil.copytree(REPO / "app", other / "app", ignore=shutil.ignore_patterns("__pycache__"))
@@ -65,6 +69,7 @@ def test_changed_kernel_source_gets_its_own_entry(tmp_path):
     assert len(list(cache.glob("numba-*/app.model.ops.numba_cpu-*"))) == 2
 
 
+@pytest.mark.dist
 def test_kernels_outside_the_package_keep_numbas_own_cache(tmp_path):
     (tmp_path / "mine.py").write_text(
         "import numba\n@numba.njit(cache=True)\ndef double(x):\n    return 2 * x\n"

@@ -16,7 +16,7 @@ from app.config import ConfigError, compose_config
 from app.inference import evaluate_layerwise, layerwise_logits, local_view, supports_layerwise
 from app.model.gnn import MLP, SampledGNN
 from app.model.hetero import HeteroNodeClassifier, HeteroSAGE, NodeEmbeddings
-from tests.unit.test_model import toy_graph, toy_hetero
+from tests.helpers.toy import toy_graph, toy_hetero
 
 
 @torch.no_grad()

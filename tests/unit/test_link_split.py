@@ -48,7 +48,7 @@ def test_held_out_edges_follow_a_relabelled_partition(tmp_path):
     from app.partition import load_partition
     from app.partition.link import partition_ids
     from app.partition.writer import partition_graph
-    from tests.unit.test_model import toy_graph, toy_hetero
+    from tests.helpers.toy import toy_graph, toy_hetero
 
     homo, hetero = toy_graph(200), toy_hetero()
     hetero[HETERO_LINK_TYPE].edge_index = torch.stack(

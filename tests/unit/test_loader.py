@@ -202,7 +202,7 @@ def test_temporal_link_loader(data):
 def test_threads_yield_the_same_batches_in_order():
     """Sampling ahead in threads (a GPU trainer's feed) changes no batch; an early stop ends
     the threads."""
-    from tests.unit.test_model import toy_graph
+    from tests.helpers.toy import toy_graph
 
     data = toy_graph(500)
 

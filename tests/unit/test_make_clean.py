@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers.jobs import REPO
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 

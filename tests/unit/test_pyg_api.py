@@ -10,6 +10,7 @@ from torch_geometric.data import Data
 
 import app.distributed as pyg_dist
 from app.partition.pyg import label_file, read_labels, split_file, write_side_files
+from tests.helpers.ports import free_port
 
 
 def _graph(with_y: bool = True) -> Data:
@@ -127,7 +128,6 @@ def test_loaders_own_rpc_until_the_last_is_gone(tmp_path):
     """A hand-launched (PyG-context) loader joins RPC itself; closing one of two loaders keeps
     it, garbage-collecting the last one leaves it (no launcher, no explicit shutdown)."""
     import gc
-    import socket
 
     from app.distributed import rpc
 
@@ -135,9 +135,7 @@ def test_loaders_own_rpc_until_the_last_is_gone(tmp_path):
     pyg_dist.Partitioner(_graph(), 1, str(root)).generate_partition()
     stores = (pyg_dist.LocalFeatureStore.from_partition(root, 0),
               pyg_dist.LocalGraphStore.from_partition(root, 0))  # fmt: skip
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     ctx = pyg_dist.DistContext(rank=0, global_rank=0, world_size=1, global_world_size=1,
                                group_name="g")  # fmt: skip
     first = pyg_dist.DistNeighborLoader(stores, [2], "127.0.0.1", port, ctx, batch_size=16)

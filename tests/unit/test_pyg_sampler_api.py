@@ -9,7 +9,6 @@ sample must equal the one worked out by hand below."""
 from __future__ import annotations
 
 import pickle
-import socket
 
 import pytest
 import torch
@@ -21,6 +20,7 @@ import app.distributed as pyg_dist
 from app.distributed.dist_neighbor_sampler import DistNeighborSampler
 from app.distributed.event_loop import ConcurrentEventLoop
 from app.sampler.neighbor import NeighborSampler
+from tests.helpers.ports import free_port
 
 GLOBAL_EDGES = torch.tensor([[1, 2, 3, 4, 5, 0, 5, 6, 7, 8, 9, 0],
                              [0, 1, 2, 3, 4, 4, 9, 5, 6, 7, 8, 9]])  # fmt: skip
@@ -130,9 +130,7 @@ EDGE_LEVEL = {
 @pytest.mark.dist
 def test_pyg_sampler_entry_points_equal_the_local_sampler():
     ctx = torch.multiprocessing.get_context("spawn")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     queue = ctx.Queue()
     procs = [ctx.Process(target=_rank, args=(r, port, queue)) for r in (0, 1)]
     for p in procs:

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import REPO
+from tests.helpers.jobs import REPO
 
 README = REPO / "README.md"
 DOCS = REPO / "docs"

@@ -101,6 +101,7 @@ def sinks(tmp_path_factory) -> dict[str, str]:
     }
 
 
+@pytest.mark.dist
 @pytest.mark.parametrize("sink", SINKS)
 @pytest.mark.parametrize("form", sorted(FORMS))
 def test_no_secret_leaves_the_process(sinks, form, sink):

@@ -46,6 +46,7 @@ def test_sweep_dir_table(sweep, capsys):
     assert lines[2].rstrip().endswith("*    |")
 
 
+@pytest.mark.dist
 def test_run_dir_and_experiment_csv(sweep, capsys):
     root, sweep_dir = sweep
     assert report([str(sweep_dir / "0"), "--format", "csv"]) == 0
@@ -59,6 +60,7 @@ def test_run_dir_and_experiment_csv(sweep, capsys):
     assert len(rows) == 3 and rows[0].startswith("job,model.hidden_channels,status,val_acc")
 
 
+@pytest.mark.dist
 def test_bad_arguments_are_one_line(sweep, tmp_path, capsys):
     root, _ = sweep
     uri = f"sqlite:///{root / 'mlflow.db'}"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from app.rundir import remove_unused_run_dir, write_traceback
-from tests.conftest import run_app
+from tests.helpers.jobs import run_app
 
 
 def test_run_dir_with_only_hydra_files_is_removed_with_its_empty_parent(tmp_path):
@@ -32,6 +34,7 @@ def test_traceback_goes_to_the_run_dir(tmp_path):
     assert "Traceback (most recent call last)" in path.read_text()
 
 
+@pytest.mark.dist
 def test_cross_field_error_leaves_no_run_dir(tmp_path):
     proc = run_app(
         "+experiment=smoke", "cluster.num_nodes=2", "partition.num_parts=3",

@@ -17,8 +17,8 @@ from app.dataset.synthetic_stream import generate_products_chunked
 from app.partition import PartitionError, load_partition, read_meta
 from app.partition.stream import BASELINE_GB, stream_partition
 from app.partition.writer import partition_graph
-from tests.conftest import REPO
-from tests.unit.test_partition import check_homo, community_graph
+from tests.helpers.jobs import REPO
+from tests.helpers.partitions import check_homo, community_graph
 
 
 def _stream(graph: ChunkedGraph, root, num_parts: int, **kw):
@@ -139,6 +139,7 @@ print(json.dumps({"base": base, **meta.stats}))
 """
 
 
+@pytest.mark.dist
 def test_memory_budget_respected(tmp_path):
     """A 1.2M-edge graph (19 MiB of int64 edges, 11 MiB of features) streamed in a fresh
     process: what it adds to the interpreter's own peak fits the budget's data allowance."""

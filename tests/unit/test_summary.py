@@ -136,8 +136,9 @@ def test_a_node_without_metrics_says_where_they_are(tmp_path):
     assert final.split("final:")[1].strip() == "on node 0 (this machine ran its share of the job)"
 
 
+@pytest.mark.dist
 def test_help_lists_commands_experiments_and_groups_without_schema():
-    from tests.conftest import run_app
+    from tests.helpers.jobs import run_app
 
     proc = run_app("--help", timeout=60)
     assert proc.returncode == 0, proc.stderr

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from torch_geometric.data import Data, HeteroData
 
 from app.partition import load_partition
 from app.partition.writer import partition_graph
-from tests.conftest import run_app
+from tests.helpers.jobs import run_app
 
 
 def _temporal_data(n: int = 200) -> Data:
@@ -68,6 +69,7 @@ def test_products_temporal_experiment_composes(compose):
     assert cfg.sampler.temporal_strategy == "uniform" and cfg.cluster.num_nodes == 2
 
 
+@pytest.mark.dist
 def test_single_process_temporal_training_logs(tmp_path):
     proc = run_app(
         "+experiment=smoke",

@@ -6,8 +6,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from app.threads import available_cores, per_process, quota_cores
-from tests.conftest import REPO
+from tests.helpers.jobs import REPO
 
 
 def test_cgroup_quota_in_cores(tmp_path):
@@ -34,6 +36,7 @@ def test_processes_share_the_cores():
     assert per_process(16, cores=8) == 1
 
 
+@pytest.mark.dist
 def test_one_process_job_sizes_its_pools_and_user_setting_wins():
     code = (
         "import logging, torch; logging.basicConfig(level=logging.INFO)\n"

@@ -109,6 +109,7 @@ def _create_run(uri: str, go, index: int) -> None:
         tr.log_metrics({"x": float(index)}, step=0)
 
 
+@pytest.mark.dist
 def test_concurrent_store_creation(tmp_path):
     uri = f"sqlite:///{tmp_path / 'fresh.db'}"
     import mlflow.tracking  # noqa: F401  (forked children start with MLflow imported)
@@ -267,11 +268,12 @@ def test_fresh_stores_copy_a_migrated_template(tmp_path, monkeypatch):
     assert [e.name for e in client(second).search_experiments()] == ["b", "Default"]
 
 
+@pytest.mark.dist
 def test_a_store_that_cannot_be_opened_is_one_line_at_once(tmp_path):
     """A folder where the SQLite file should be: MLflow would retry opening it for ~100 s and
     end in a SQLAlchemy traceback; the job says so in one line instead, before any work."""
     from app.config import ConfigError
-    from tests.conftest import run_app
+    from tests.helpers.jobs import run_app
 
     (tmp_path / "m.db").mkdir()
     uri = f"sqlite:///{tmp_path}/m.db"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import faulthandler
 import gc
-import socket
 import time
 from datetime import timedelta
 
@@ -24,18 +23,8 @@ from app.tracking.mlflow import NullTracker
 from app.train.checkpoint import checkpoint_path, load_checkpoint, read_checkpoint
 from app.train.loop import FitOptions, fit, train_epoch
 from app.train.single import train_single
-from tests.unit.test_model import ToyLoader, toy_graph, toy_hetero
-
-FANOUTS = [5, 5]
-
-
-def toy_config(seed: int = 0, batch_size: int = 32) -> Config:
-    cfg = Config(seed=seed)
-    cfg.model = ModelConfig(name="sage", hidden_channels=32, num_layers=2, dropout=0.2)
-    cfg.sampler.num_neighbors = list(FANOUTS)
-    cfg.loader.batch_size = batch_size
-    cfg.train.lr = 0.01
-    return cfg
+from tests.helpers.ports import free_port
+from tests.helpers.toy import FANOUTS, ToyLoader, toy_config, toy_graph, toy_hetero
 
 
 def toy_task(data, seed: int = 0, batch_size: int = 32) -> NodeTask:
@@ -96,12 +85,6 @@ def test_link_metrics():
     assert mrr(torch.tensor([1.0, 0.5]), torch.tensor([[0.0, 0.2], [0.9, 0.7]])) == 2 / 3
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _train_uneven(rank: int, out_dir: str) -> None:
     data = toy_graph(num_nodes=200, seed=4)
     seeds = torch.arange(96) if rank == 0 else torch.arange(100, 132)
@@ -140,7 +123,7 @@ def _uneven_worker(rank: int, port: int, out_dir: str) -> None:
 def test_ddp_uneven_batches_do_not_hang(tmp_path):
     ctx = mp.start_processes(
         _uneven_worker,
-        args=(_free_port(), str(tmp_path)),
+        args=(free_port(), str(tmp_path)),
         nprocs=2,
         join=False,
         start_method="spawn",

@@ -16,7 +16,8 @@ from app.launch.limits import check_memory, estimate_bytes
 from app.partition import reader
 from app.partition.reader import VERIFIED_FILE, PartitionError, load_partition, verify_partition
 from app.partition.writer import partition_graph
-from tests.conftest import REPO, run_app
+from tests.helpers.disk import rot
+from tests.helpers.jobs import REPO, run_app
 
 
 def _graph(n: int = 300, nan: bool = False) -> Data:
@@ -72,22 +73,11 @@ def test_each_file_is_verified_once_then_rechecked_when_changed(part_root, tmp_p
     assert "\n" not in str(err.value) and "overwrite" not in str(err.value)
 
 
-def _rot(path) -> None:
-    """Bit rot as a disk does it: 400 KB overwritten mid-file, size and mtime unchanged."""
-    import os
-
-    st = path.stat()
-    with open(path, "r+b") as f:
-        f.seek(st.st_size // 3)
-        f.write(b"\xa5" * min(400_000, st.st_size // 3))
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-
-
 def test_bit_rot_behind_the_marker_is_refused_when_a_part_is_loaded(part_root, tmp_path):
     root = _copy(part_root, tmp_path / "p")
     verify_partition(root, 2)
     path = root / "part_0" / "node_feats.pt"
-    _rot(path)
+    rot(path)
     verify_partition(root, 2)  # the launcher's cached check: same size and mtime
     load_partition(root, 1, 2)  # the other part is fine
     with pytest.raises(PartitionError, match=r"part_0/node_feats.pt: checksum mismatch") as err:
@@ -170,6 +160,7 @@ def test_remote_master_needs_allow_remote(compose):
     assert compose("cluster.master_addr=localhost").cluster.master_addr == "localhost"
 
 
+@pytest.mark.dist
 @pytest.mark.parametrize(
     "bad,match",
     [
@@ -187,6 +178,7 @@ def test_cfg_job_validates_and_fails_nonzero(bad, match):
     assert good.returncode == 0 and "num_nodes: 2000" in good.stdout
 
 
+@pytest.mark.dist
 def test_jobs_started_in_the_same_second_get_their_own_dirs(tmp_path):
     """Two real `python -m app` jobs with one output_dir, started together: two job dirs."""
     args = [

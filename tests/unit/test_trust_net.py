@@ -16,7 +16,7 @@ import pytest
 
 from app.launch.plan import free_ports
 from app.netutil import bound_store, listening_addresses, loopback_ifname_env
-from tests.conftest import REPO
+from tests.helpers.jobs import REPO
 
 WORKER = """
 import json, os, sys

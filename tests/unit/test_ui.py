@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from tests.conftest import REPO, default_sigint
+from tests.helpers.jobs import REPO, default_sigint
 
 pytestmark = [pytest.mark.dist, pytest.mark.long]  # mlflow ui takes 20 s to minutes to start
 

@@ -6,9 +6,12 @@ import os
 import subprocess
 import sys
 
-from tests.conftest import REPO
+import pytest
+
+from tests.helpers.jobs import REPO
 
 
+@pytest.mark.dist
 def test_ui_check_without_chromium_fails_first_and_starts_no_server(tmp_path):
     out = tmp_path / "ui-check"
     env = {**os.environ, "PATH": os.path.dirname(sys.executable)}  # no chromium on it

@@ -1,4 +1,4 @@
-"""Real processes for the distributed tests: `python tests/dist/_procs.py SPEC ROLE NODE [WORKER]`.
+"""Real processes for the distributed tests: `python tests/helpers/dist_procs.py SPEC ROLE NODE [WORKER]`.
 
 A `Job` starts one trainer per partition (plus `num_workers` sampler processes each, running
 `app.distributed.workers.serve`) on 127.0.0.1 with a free RPC port, waits for all of them with a
@@ -87,6 +87,31 @@ def write_spec(path: Path, **spec: object) -> Path:
 
 
 # -- inside the child processes -------------------------------------------------------------------
+
+
+CHECK_TIMEOUT_S = 150  # a hard bound on a whole job: the machine running CI may be heavily shared
+
+
+def run_checks(
+    tmp_path: Path, graph, num_parts: int, num_workers: int, check: str, **extra
+) -> None:
+    """Save `graph` (partitioned at `tmp_path/part`), run `check` on every trainer of a job of
+    `num_parts` parts with `num_workers` samplers each, and assert each passed it."""
+    import torch
+
+    from tests.helpers.ports import free_port
+
+    torch.save(graph, tmp_path / "graph.pt")
+    spec = write_spec(
+        tmp_path / "spec.json", root=str(tmp_path / "part"), graph=str(tmp_path / "graph.pt"),
+        num_parts=num_parts, num_workers=num_workers, port=free_port(), dir=str(tmp_path),
+        timeout=20.0, batch_size=64, check=check, **extra,
+    )  # fmt: skip
+    with Job(spec, num_parts, num_workers) as job:
+        codes = job.wait(CHECK_TIMEOUT_S)
+        assert all(c == 0 for c in codes.values()), job.report()
+        for p in range(num_parts):
+            assert "CHECKS OK" in job.tail(f"trainer{p}-0"), job.report()
 
 
 def _runtime(spec: dict, role: str, node: int, worker: int):
