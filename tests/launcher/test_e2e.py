@@ -192,15 +192,19 @@ def test_sigint_on_launcher_stops_job_and_marks_run_killed(shared, tmp_path):
         time.sleep(1.0)
         t0 = time.monotonic()
         launcher.send_signal(signal.SIGINT)
+        _, alive = psutil.wait_procs(kids, timeout=60)
+        children_gone = time.monotonic() - t0
         launcher.communicate(timeout=60)
-        stopped = time.monotonic() - t0
     finally:
         if launcher.poll() is None:
             launcher.kill()
             launcher.wait()
     assert launcher.returncode != 0
-    assert not [p.pid for p in kids if psutil.pid_exists(p.pid)]
-    assert stopped < 15  # children within 10 s, plus the launcher's own MLflow bookkeeping
+    assert not alive and not [p.pid for p in kids if psutil.pid_exists(p.pid)]
+    # the launcher's bound on its children (shutdown_timeout_s=3, then SIGKILL) plus its reaction
+    # to the signal; its MLflow bookkeeping afterwards, which a loaded host stretches (36 s seen
+    # at load 11 on 2 cores), is bounded by the communicate above
+    assert children_gone < 15, children_gone
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
