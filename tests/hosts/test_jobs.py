@@ -33,6 +33,11 @@ pytestmark = [pytest.mark.dist, pytest.mark.hosts]
 ACCURACIES = ("train_acc", "val_acc", "test_acc")
 BASE_PORT = 29500
 RPC_TIMEOUT_S = 10.0
+# A cut link ends the job after the heartbeat timeout (RPC_TIMEOUT_S / 2), the children's grace
+# (3 s) and the launchers' MLflow bookkeeping, which a loaded host stretches (25 s in all seen at
+# load 13 on 2 cores): far below what a job without the launchers' watch waits (the collective's
+# timeout, minutes).
+DETECT_SLACK_S = 20.0
 
 
 def slurm_env(bed: Testbed, node: int) -> dict[str, str]:
@@ -198,7 +203,7 @@ def test_cut_link_ends_the_job_on_every_host(bed, made, tmp_path):
         bed.link(1, up=True)
     with _logs_on_failure(*logs):
         assert codes == [1, 1]
-        assert took <= RPC_TIMEOUT_S + 10, took
+        assert took <= RPC_TIMEOUT_S + DETECT_SLACK_S, took
         text = [log.read_text() for log in logs]
         assert f"job failed: node 1 ({bed.addr(1)}) unreachable from node 0" in text[0]
         assert f"job failed: node 0 ({bed.addr(0)}) unreachable from node 1" in text[1]
@@ -288,7 +293,7 @@ def test_cut_link_in_ssh_mode_names_the_host(bed, made, tmp_path):
     finally:
         bed.link(1, up=True)
     with _logs_on_failure(log):
-        assert codes == [1] and took <= RPC_TIMEOUT_S + 10, (codes, took)
+        assert codes == [1] and took <= RPC_TIMEOUT_S + DETECT_SLACK_S, (codes, took)
         assert f"ssh to {bed.addr(1)} lost" in log.read_text()
         assert job_pids(bed, 0) == [] and left == []
 

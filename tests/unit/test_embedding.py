@@ -115,6 +115,7 @@ def test_dist_tensor_reads_large_requests_in_pieces(names, monkeypatch):
     assert len(calls) == 3  # 8 ids, 3 a piece
 
 
+@pytest.mark.dist
 def test_local_adagrad_step_warns_nothing():
     """torch's Adagrad on sparse gradients warns once per process ("Sparse invariant checks
     are implicitly disabled") unless the caller opts out, as `LocalTables.step` does; a fresh

@@ -121,6 +121,7 @@ def _tiny_partition(out: Path) -> str:
     return str(out)
 
 
+@pytest.mark.dist
 def test_loading_a_partition_preloads_numba_before_any_fork(tmp_path):
     """A process that loads a partition sets numba up in the background; a fork waits for it,
     so a forked sampler starts with numba's registries instead of importing them at its first

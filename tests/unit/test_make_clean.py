@@ -27,6 +27,7 @@ def _make(project, target: str) -> str:
     return proc.stdout
 
 
+@pytest.mark.dist
 def test_clean_keeps_data_and_venv_and_says_so_then_clean_data_removes_data(tmp_path):
     shutil.copy(REPO / "Makefile", tmp_path / "Makefile")
     for path in ("outputs/runs/r1/result.json", "outputs/mlflow.db", "data/ds/data.pt"):
