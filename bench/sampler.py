@@ -87,8 +87,8 @@ def bench_pyg_lib(sampler: NeighborSampler, batches, ours: tuple[float, float]) 
     with Clocks() as clocks:
         for seeds in batches:
             out = torch.ops.pyg.neighbor_sample(
-                colptr, row, seeds, FANOUT, None, None, None, True, False, True, False, "uniform",
-                True,
+                colptr, row, seeds, FANOUT, csc=True, replace=False, directed=True,
+                disjoint=False, temporal_strategy="uniform", return_edge_id=True,
             )  # fmt: skip
             edges += out[0].numel()
     refs = clocks.rates("pyg_lib_edges", edges, "edges")
