@@ -11,11 +11,15 @@ This module imports nothing from `app.distributed`: it is the bottom layer.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
+REGISTER_WAIT_S = 120.0  # how long a request waits for this process to register its stores
+
 _table: dict[str, Callable] = {}
 _service: dict[str, Any] = {}
+_registered = threading.Event()
 
 
 def endpoint(name: str) -> Callable[[Callable], Callable]:
@@ -40,12 +44,28 @@ def register(feature_store: Any, graph_store: Any, router: Any) -> None:
     """Make this process answer hop / feature / batch requests for its partition."""
     feature_store.router = feature_store.router or router
     _service.update(fs=feature_store, gs=graph_store, router=router)
+    _registered.set()
 
 
 def serve_features(feature_store: Any, router: Any) -> None:
     """Make this process answer feature requests from `feature_store` (PyG's
     `set_rpc_router`: a process that holds features but no graph)."""
     _service.update(fs=feature_store, router=router)
+    _registered.set()
+
+
+def await_registered(timeout_s: float = REGISTER_WAIT_S) -> None:
+    """Wait until this process serves its stores (bounded), so an early request is answered.
+
+    The launcher's processes register before joining the RPC group, but a PyG-style script
+    calls `init_rpc` first and builds its stores / loader after: a peer whose loader is built
+    sooner (its halo cache fill, its first hop) can then ask this process before it has
+    anything to serve. Such a request waits here instead of failing the peer's job."""
+    if not _registered.wait(timeout_s):
+        raise RuntimeError(
+            f"this process registered no partition stores within {timeout_s:.0f} s of a peer's "
+            "request: build the stores / loader on every rank after init_rpc"
+        )
 
 
 def stores() -> tuple[Any, Any]:

@@ -2,7 +2,8 @@
 
 Any process that holds a partition (every sampler process; a trainer sampling in-process)
 registers its stores (`endpoints.register`) BEFORE joining the RPC group, so no request can
-arrive first. The `remote_*` functions below are the service table, every endpoint a peer can
+arrive first; a PyG-style script registers after `init_rpc`, and hop / features requests that
+arrive before then wait for it (`endpoints.await_registered`). The `remote_*` functions below are the service table, every endpoint a peer can
 call, by name (`rpc.call_async(peer, "hop", args)`): hop (with optional seed times), features,
 sample_batch (with optional seed times), sample_edges, prepare_sampler (a loader's warm-up),
 tensor_pull / tensor_push / tensor_apply (DistTensor rows, served by the process holding the
@@ -42,6 +43,7 @@ def remote_hop(
     """One hop of every job [(edge type, frontier, fan-out, seed, seed times or None)] on this
     partition; with seed times, no neighbour (`edge_level`: edge) later than its entry's time
     (temporal sampling)."""
+    endpoints.await_registered()
     jobs = [(et, f.numpy(), k, sd, None if t is None else t.numpy()) for et, f, k, sd, t in jobs]
     hops = local_hop(endpoints.stores()[1], jobs, replace, strategy, edge_level)
     return [tuple(torch.from_numpy(a) for a in r) for r in hops]
@@ -50,6 +52,7 @@ def remote_hop(
 @endpoint("features")
 def remote_features(group: Any, ids: Tensor, attrs: list[str]) -> dict[str, Tensor]:
     """Rows of `attrs` for owned global `ids`, in request order."""
+    endpoints.await_registered()
     fs = endpoints.feature_store()
     if fs is None:
         raise RuntimeError("this process serves no features (no feature store registered)")

@@ -1,0 +1,71 @@
+"""A PyG-style script joins RPC first and builds its loader after (`init_rpc`, then
+`DistNeighborLoader(..., num_workers=0)`): a rank whose loader is built sooner asks its peer
+for halo rows and hops before the peer has registered its stores. The peer's endpoints wait
+for the registration (`endpoints.await_registered`), so both ranks' epochs complete and every
+row they receive is the original's."""
+
+from __future__ import annotations
+
+import pickle
+import time
+
+import pytest
+import torch
+
+from tests.helpers.dist_graphs import node_features, random_graph, write_homo
+from tests.helpers.ports import free_port
+
+pytestmark = pytest.mark.dist
+N, PARTS, LATE_S = 300, 2, 3.0
+
+
+def _rank(rank: int, root: str, port: int, queue) -> None:
+    """One rank of the script: init_rpc, rank 1 waits LATE_S, a full-neighbour epoch."""
+    import app.distributed as pyg_dist
+
+    torch.set_num_threads(1)
+    ctx = pyg_dist.DistContext(rank=rank, global_rank=rank, world_size=PARTS,
+                               global_world_size=PARTS, group_name="late", partition_idx=rank,
+                               num_partitions=PARTS, name=f"trainer{rank}-0")  # fmt: skip
+    pyg_dist.init_rpc(ctx, "127.0.0.1", port, rpc_timeout=60.0)
+    try:
+        if rank == 1:
+            time.sleep(LATE_S)  # rank 0's loader asks before this rank serves anything
+        start = time.monotonic()
+        loader = pyg_dist.DistNeighborLoader(
+            root, [-1, -1], "127.0.0.1", port, ctx, batch_size=32, num_workers=0
+        )
+        batches = [(b.n_id, b.x) for b in loader]
+        queue.put(pickle.dumps((rank, batches, time.monotonic() - start)))
+    except Exception as e:  # the test fails at once with this rank's error
+        queue.put(pickle.dumps((rank, f"{type(e).__name__}: {e}", 0.0)))
+        raise
+    finally:
+        pyg_dist.shutdown_rpc()
+
+
+def test_a_rank_that_registers_late_is_waited_for(tmp_path):
+    x = node_features(N)
+    write_homo(tmp_path, random_graph(N, 5, seed=4), x, torch.arange(N) % 7, PARTS)
+    ctx = torch.multiprocessing.get_context("spawn")
+    port, queue = free_port(), ctx.Queue()
+    procs = [ctx.Process(target=_rank, args=(r, str(tmp_path), port, queue)) for r in (0, 1)]
+    for p in procs:
+        p.start()
+    try:
+        results = {r: (b, s) for r, b, s in (pickle.loads(queue.get(timeout=120)) for _ in procs)}
+    finally:
+        for p in procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    for rank, (batches, _) in results.items():
+        assert not isinstance(batches, str), f"rank {rank}: {batches}"
+    assert [p.exitcode for p in procs] == [0, 0]
+    seen = torch.cat([n_id for batches, _ in results.values() for n_id, _ in batches])
+    assert seen.unique().numel() == N  # the two ranks' seeds and neighbours cover the graph
+    for batches, _ in results.values():
+        for n_id, feats in batches:
+            assert torch.equal(feats, x[n_id])  # halo and remote rows are the originals
+    assert results[0][1] >= LATE_S * 0.8  # rank 0 did wait for rank 1 (not a lucky order)
