@@ -42,7 +42,7 @@ from app.launch.precheck import (
 )
 from app.launch.spawn import JobFailed, die_with_parent, run_procs
 from app.partition.spec import PartitionSpec
-from app.task.device import gpus_shared, trainers_per_machine
+from app.placement import gpus_shared, trainers_per_machine
 from app.tracking.progress import phase
 
 __all__ = ["JobFailed", "run_job"]
