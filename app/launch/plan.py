@@ -263,18 +263,18 @@ def plan_ports(c: ClusterConfig, env: Mapping[str, str]) -> Ports:
 
 def node_runtimes(
     c: ClusterConfig,
-    nw: int,
+    num_workers: int,
     node_rank: int,
     master_addr: str,
     ports: Ports,
     paths: dict[str, str],
 ) -> list[Runtime]:
-    """Identities of one node's processes: its trainers, then `nw` samplers per trainer."""
+    """Identities of one node's processes: its trainers, then `num_workers` samplers each."""
     common = dict(
         node_rank=node_rank,
         num_nodes=c.num_nodes,
         procs_per_node=c.procs_per_node,
-        num_workers=nw,
+        num_workers=num_workers,
         master_addr=master_addr,
         ddp_port=ports.ddp,
         rpc_port=ports.rpc,
@@ -287,7 +287,7 @@ def node_runtimes(
     out += [
         Runtime(role="sampler", local_rank=t, worker_index=w, **common)
         for t in range(c.procs_per_node)
-        for w in range(nw)
+        for w in range(num_workers)
     ]
     return out
 
@@ -333,8 +333,8 @@ def ssh_command(
     `-tt` gives the remote command a terminal, so closing the ssh client (the launcher killing
     it) hangs up the remote worker too; BatchMode fails fast instead of asking for a password.
     The client probes the host every `cluster.heartbeat_s` and gives up after `silence_s`
-    (the heartbeat timeout) of silence ("Timeout, server HOST not responding"): a host cut off fails the job
-    like a silent child, named.
+    (the heartbeat timeout) of silence ("Timeout, server HOST not responding"): a host cut off
+    fails the job like a silent child, named.
     """
     assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
     remote = (
