@@ -22,9 +22,8 @@ class PartitionSpec:
     partition: PartitionConfig
     seed: int
     output_dir: str
-    link: bool = (
-        False  # a link-prediction job: the message graph's partition (`app.partition.link`)
-    )
+    # a link-prediction job: the partition of its message graph (`app.partition.link`)
+    link: bool = False
 
     @classmethod
     def from_config(cls, cfg: Config) -> PartitionSpec:
