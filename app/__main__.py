@@ -106,11 +106,13 @@ def main(node: DictConfig) -> float | None:
     from app.launch import JobFailed, partition_lock, partitions_dir
     from app.launch.limits import check_memory
     from app.partition.reader import PartitionError
+    from app.partition.spec import PartitionSpec
     from app.run import run_task
 
+    spec = PartitionSpec.from_config(cfg)
     watch_compiles()  # a cold kernel cache: say so, not a silent minute
     try:
-        check_memory(cfg)
+        check_memory(spec)
     except ConfigError as err:
         _fail("config error", err, EXIT_CONFIG, refused=True)
     try:
@@ -118,9 +120,9 @@ def main(node: DictConfig) -> float | None:
             return run_task(cfg)
         from app.launch.precheck import check_partition_root, disk_full_as_one_line
 
-        with partition_lock(cfg):  # a concurrent job partitioning the same data: wait for it
-            check_partition_root(cfg)
-            with disk_full_as_one_line(partitions_dir(cfg)):
+        with partition_lock(spec):  # a concurrent job partitioning the same data: wait for it
+            check_partition_root(spec)
+            with disk_full_as_one_line(partitions_dir(spec)):
                 return run_task(cfg)
     except ConfigError as err:
         _fail("config error", err, EXIT_CONFIG)

@@ -312,7 +312,7 @@ def kernels_forced() -> str:
 
 def _check_device(cfg: Config) -> None:
     """`train.device=cuda` needs CUDA here (trainers share GPUs when there are fewer than
-    trainers: `app.task.device`). Checked where the launcher runs (local and env modes); ssh
+    trainers: `app.placement`). Checked where the launcher runs (local and env modes); ssh
     hosts are not inspected."""
     if kernels_forced() == "numba" and cfg.train.device == "cuda":
         raise ConfigError(

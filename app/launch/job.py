@@ -41,7 +41,8 @@ from app.launch.precheck import (
     verify_for_job,
 )
 from app.launch.spawn import JobFailed, die_with_parent, run_procs
-from app.task.device import gpus_shared, trainers_per_machine
+from app.partition.spec import PartitionSpec
+from app.placement import gpus_shared, trainers_per_machine
 from app.tracking.progress import phase
 
 __all__ = ["JobFailed", "run_job"]
@@ -52,16 +53,16 @@ ERROR_TAG_CHARS = 4000
 PARTITION_LOCK_TIMEOUT_S = 4 * 3600.0
 
 
-def partition_lock(cfg: Config):
+def partition_lock(spec: PartitionSpec):
     """Serialise partition creation across launchers sharing the output dir (env mode)."""
     return file_lock(
-        Path(cfg.output_dir) / "partitions.lock",
+        Path(spec.output_dir) / "partitions.lock",
         PARTITION_LOCK_TIMEOUT_S,
         "another launcher partitioning this dataset",
     )
 
 
-def prepare_partition(cfg: Config) -> Path:
+def prepare_partition(spec: PartitionSpec) -> Path:
     """Reuse or create the job's partition, once, before any child starts.
 
     Link prediction partitions the graph of its training edges only (held-out edges carry no
@@ -69,17 +70,17 @@ def prepare_partition(cfg: Config) -> Path:
     """
     from app.partition.task import ensure_partition
 
-    with partition_lock(cfg):
-        if cfg.train.objective == "link":
+    with partition_lock(spec):
+        if spec.link:
             from app.partition.link import ensure_link_partition
 
-            return ensure_link_partition(cfg)
-        return ensure_partition(cfg)
+            return ensure_link_partition(spec)
+        return ensure_partition(spec)
 
 
-def partitions_dir(cfg: Config) -> Path:
+def partitions_dir(spec: PartitionSpec) -> Path:
     """Where this job's partition is written (for the "no space left" message)."""
-    return Path(cfg.partition.root or Path(cfg.output_dir) / "partitions")
+    return Path(spec.partition.root or Path(spec.output_dir) / "partitions")
 
 
 def _echo_names(plan: ProcessPlan) -> list[str]:
@@ -101,9 +102,10 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
     remove_orphaned_temps(job_dir)  # a resumed job dir: those of an earlier, killed job
     extra = {PARENT_RUN_ENV: parent_run_id} if parent_run_id else {}
     ports = plan_ports(cfg.cluster, os.environ)  # also checks the env / ssh cluster description
-    check_partition_root(cfg)
-    with phase("partition"), disk_full_as_one_line(partitions_dir(cfg)):
-        partition_root = prepare_partition(cfg)
+    spec = PartitionSpec.from_config(cfg)
+    check_partition_root(spec)
+    with phase("partition"), disk_full_as_one_line(partitions_dir(spec)):
+        partition_root = prepare_partition(spec)
     with phase("verify partition"):
         verify_for_job(cfg.cluster, partition_root)  # before any child: a corrupt file is one line
     plan = plan_job(cfg, job_dir, partition_root, ports, extra_env=extra)

@@ -262,16 +262,19 @@ def plan_ports(c: ClusterConfig, env: Mapping[str, str]) -> Ports:
 
 
 def node_runtimes(
-    cfg: Config, node_rank: int, master_addr: str, ports: Ports, paths: dict[str, str]
+    c: ClusterConfig,
+    num_workers: int,
+    node_rank: int,
+    master_addr: str,
+    ports: Ports,
+    paths: dict[str, str],
 ) -> list[Runtime]:
-    """Identities of one node's processes: its trainers, then each trainer's samplers."""
-    c = cfg.cluster
-    nw = cfg.loader.num_workers
+    """Identities of one node's processes: its trainers, then `num_workers` samplers each."""
     common = dict(
         node_rank=node_rank,
         num_nodes=c.num_nodes,
         procs_per_node=c.procs_per_node,
-        num_workers=nw,
+        num_workers=num_workers,
         master_addr=master_addr,
         ddp_port=ports.ddp,
         rpc_port=ports.rpc,
@@ -284,7 +287,7 @@ def node_runtimes(
     out += [
         Runtime(role="sampler", local_rank=t, worker_index=w, **common)
         for t in range(c.procs_per_node)
-        for w in range(nw)
+        for w in range(num_workers)
     ]
     return out
 
@@ -322,24 +325,26 @@ def huge_heap_tunables(tunables: str) -> str:
     return ":".join(t for t in (tunables, "glibc.malloc.hugetlb=1") if t)
 
 
-def ssh_command(cfg: Config, host: str, env: dict[str, str], workdir: str) -> list[str]:
+def ssh_command(
+    c: ClusterConfig, host: str, env: dict[str, str], workdir: str, silence_s: float
+) -> list[str]:
     """`ssh host 'cd workdir && env K=V ... exec python -m app.launch.worker'`.
 
     `-tt` gives the remote command a terminal, so closing the ssh client (the launcher killing
     it) hangs up the remote worker too; BatchMode fails fast instead of asking for a password.
-    The client probes the host every `cluster.heartbeat_s` and gives up after the heartbeat
-    timeout of silence ("Timeout, server HOST not responding"): a host cut off fails the job
-    like a silent child, named.
+    The client probes the host every `cluster.heartbeat_s` and gives up after `silence_s`
+    (the heartbeat timeout) of silence ("Timeout, server HOST not responding"): a host cut off
+    fails the job like a silent child, named.
     """
     assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
     remote = (
         f"cd {shlex.quote(workdir)} && exec env {assigns} "
-        f"{shlex.quote(cfg.cluster.python)} -m {WORKER_MODULE}"
+        f"{shlex.quote(c.python)} -m {WORKER_MODULE}"
     )
-    every = max(1, round(cfg.cluster.heartbeat_s))
-    probes = max(2, math.ceil(heartbeat_timeout_s(cfg) / every))
+    every = max(1, round(c.heartbeat_s))
+    probes = max(2, math.ceil(silence_s / every))
     alive = ["-o", f"ServerAliveInterval={every}", "-o", f"ServerAliveCountMax={probes}"]
-    return [*shlex.split(cfg.cluster.ssh_cmd), "-o", "BatchMode=yes", *alive, "-tt", host, remote]
+    return [*shlex.split(c.ssh_cmd), "-o", "BatchMode=yes", *alive, "-tt", host, remote]
 
 
 def _specs(
@@ -353,15 +358,19 @@ def _specs(
     extra_env: Mapping[str, str],
     workdir: str | None = None,
 ) -> tuple[ProcSpec, ...]:
-    """ProcSpecs for the given (node_rank, host) pairs; `workdir` set means run over ssh."""
-    out = []
+    """ProcSpecs for the given (node_rank, host) pairs; `workdir` set means run over ssh.
+
+    Reads three sections: `cluster`, `loader.num_workers` (samplers per trainer) and the
+    heartbeat timeout (`sampler.rpc_timeout_s` when `cluster.heartbeat_timeout_s` is 0).
+    """
+    c, out = cfg.cluster, []
     for node_rank, host in nodes:
-        for rt in node_runtimes(cfg, node_rank, master_addr, ports, paths):
-            beat = heartbeat_env(heartbeat_path(rt.job_dir, rt.name), cfg.cluster.heartbeat_s)
+        for rt in node_runtimes(c, cfg.loader.num_workers, node_rank, master_addr, ports, paths):
+            beat = heartbeat_env(heartbeat_path(rt.job_dir, rt.name), c.heartbeat_s)
             env = child_env(rt, threads, {**extra_env, **beat})
             cmd = [python, "-m", WORKER_MODULE]
             if workdir is not None:
-                cmd = ssh_command(cfg, host, env, workdir)
+                cmd = ssh_command(c, host, env, workdir, heartbeat_timeout_s(cfg))
             out.append(
                 ProcSpec(rt.name, rt.role, node_rank, host, cmd, env, rt, workdir is not None)
             )

@@ -13,35 +13,36 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from app.config import ClusterConfig, Config, ConfigError
+from app.config import ClusterConfig, ConfigError
 from app.fsutil import free_mib, is_write_failure
 from app.launch.plan import EnvPlan, LocalPlan, Ports, ProcessPlan
 from app.partition.reader import META_FILE, PartitionError, read_meta, verify_partition
+from app.partition.spec import PartitionSpec
 
 
-def expected_partition(cfg: Config) -> tuple[Path, str]:
+def expected_partition(spec: PartitionSpec) -> tuple[Path, str]:
     """Folder and fingerprint of the partition this job uses (link training has its own)."""
-    if cfg.task == "train" and cfg.train.objective == "link":
+    if spec.link:
         from app.partition.link import link_partition_root
 
-        root, fp, _ = link_partition_root(cfg)
+        root, fp, _ = link_partition_root(spec)
         return Path(root), fp
     from app.partition.task import config_fingerprint, partition_root
 
-    fp = config_fingerprint(cfg)
-    return partition_root(cfg, fp), fp
+    fp = config_fingerprint(spec)
+    return partition_root(spec, fp), fp
 
 
-def check_partition_root(cfg: Config) -> None:
+def check_partition_root(spec: PartitionSpec) -> None:
     """The job's partition folder must hold its partition (or nothing yet).
 
     Never suggests `partition.overwrite` first: the partition there may be someone's work.
     """
-    root, wanted = expected_partition(cfg)
-    if cfg.partition.overwrite or not (root / META_FILE).is_file():
+    root, wanted = expected_partition(spec)
+    if spec.partition.overwrite or not (root / META_FILE).is_file():
         return  # asked to replace it, or nothing there yet: the job writes it
     meta = read_meta(root)  # a damaged META.json is one PartitionError naming it
-    parts, nodes = int(meta["num_parts"]), cfg.partition.num_parts
+    parts, nodes = int(meta["num_parts"]), spec.partition.num_parts
     if parts != nodes:
         raise PartitionError(
             f"partition at {root} has {parts} parts, this job has {nodes} nodes: set "

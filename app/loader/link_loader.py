@@ -88,9 +88,15 @@ class LinkNeighborLoader:
     ) -> None:
         self.data = data
         self.sampler = sampler or NeighborSampler(
-            data, num_neighbors, replace, subgraph_type, disjoint, time_attr,
-            temporal_strategy, seed,
-        )  # fmt: skip
+            data,
+            num_neighbors,
+            replace=replace,
+            subgraph_type=subgraph_type,
+            disjoint=disjoint,
+            time_attr=time_attr,
+            temporal_strategy=temporal_strategy,
+            seed=seed,
+        )
         self.input_type, self.edge_label_index = resolve_edge_label_index(data, edge_label_index)
         self.neg_sampling = resolve_neg_sampling(neg_sampling, neg_sampling_ratio)
         self.edge_label = self._labels(edge_label)

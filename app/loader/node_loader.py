@@ -117,9 +117,15 @@ class NeighborLoader:
     ) -> None:
         self.data, self.threads, self.pin_memory = data, int(threads), pin_memory
         self.sampler = sampler or NeighborSampler(
-            data, num_neighbors, replace, subgraph_type, disjoint, time_attr,
-            temporal_strategy, seed,
-        )  # fmt: skip
+            data,
+            num_neighbors,
+            replace=replace,
+            subgraph_type=subgraph_type,
+            disjoint=disjoint,
+            time_attr=time_attr,
+            temporal_strategy=temporal_strategy,
+            seed=seed,
+        )
         self.input_type, self.nodes, self.input_id = resolve_input_nodes(data, input_nodes)
         if time_attr is not None and input_time is None:
             store = data if self.input_type is None else data[self.input_type]

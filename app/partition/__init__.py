@@ -9,6 +9,7 @@
 - `reader`: `read_meta` / `load_partition` validate and memory-map one part.
 - `book`: which part owns a node id (dict map, or id ranges after relabelling).
 - `pyg`: PyG's `Partitioner`, and the label / split files PyG's scripts read beside a partition.
+- `spec`: `PartitionSpec`, the part of the config that determines a partition and its folder.
 - `task`: `ensure_partition` (reuse or create) and `task=partition`.
 """
 

@@ -17,48 +17,48 @@ import torch
 from torch import Tensor
 from torch_geometric.data import HeteroData
 
-from app.config import Config
 from app.dataset.link_split import HETERO_LINK_TYPE, SPLIT_VERSION, EdgeType, link_split
 from app.fsutil import torch_save_atomic
+from app.partition.spec import PartitionSpec
 
 log = logging.getLogger("distgnn")
 
 LINK_SPLIT_FILE = "link_split.pt"
 
 
-def link_dataset_fingerprint(cfg: Config) -> str:
+def link_dataset_fingerprint(spec: PartitionSpec) -> str:
     """The dataset fingerprint of the training-edge graph: dataset fingerprint + split seed."""
     from app.dataset import dataset_fingerprint
 
-    return f"{dataset_fingerprint(cfg.dataset, cfg.seed)}-link{SPLIT_VERSION}-s{cfg.seed}"
+    return f"{dataset_fingerprint(spec.dataset, spec.seed)}-link{SPLIT_VERSION}-s{spec.seed}"
 
 
-def link_partition_root(cfg: Config) -> tuple[Path, str, str]:
+def link_partition_root(spec: PartitionSpec) -> tuple[Path, str, str]:
     """(folder, partition fingerprint, dataset fingerprint) of the link job's partition."""
     from app.partition.task import config_fingerprint, partition_root
 
-    dataset_fp = link_dataset_fingerprint(cfg)
-    fp = config_fingerprint(cfg, dataset_fp)
-    root = partition_root(cfg, fp)
-    return (root if cfg.partition.root else root.with_name(root.name + "-link")), fp, dataset_fp
+    dataset_fp = link_dataset_fingerprint(spec)
+    fp = config_fingerprint(spec, dataset_fp)
+    root = partition_root(spec, fp)
+    return (root if spec.partition.root else root.with_name(root.name + "-link")), fp, dataset_fp
 
 
-def ensure_link_partition(cfg: Config) -> Path:
+def ensure_link_partition(spec: PartitionSpec) -> Path:
     """Partition of the message graph plus `link_split.pt` (val / test edges, in the partition's
     node ids); reused if present."""
     from app.partition.task import write_partition
     from app.partition.writer import find_existing
 
-    root, fp, dataset_fp = link_partition_root(cfg)
-    existing = find_existing(root, fp, cfg.partition.overwrite)
+    root, fp, dataset_fp = link_partition_root(spec)
+    existing = find_existing(root, fp, spec.partition.overwrite)
     if existing is not None and (root / LINK_SPLIT_FILE).is_file():
         log.info("reusing link partition %s", root)
         return root
     from app.dataset import load_dataset
 
-    graph, splits = link_split(load_dataset(cfg.dataset, cfg.seed), cfg.seed)
+    graph, splits = link_split(load_dataset(spec.dataset, spec.seed), spec.seed)
     if existing is None:
-        write_partition(cfg, graph, root, dataset_fp)
+        write_partition(spec, graph, root, dataset_fp)
     edge_type = HETERO_LINK_TYPE if isinstance(graph, HeteroData) else None
     held_out = {k: partition_ids(root, splits[k], edge_type).contiguous() for k in ("val", "test")}
     torch_save_atomic(held_out, root / LINK_SPLIT_FILE)

@@ -662,9 +662,18 @@ def warmup() -> None:
     for nt in (None, t):  # float times compile on first use (then cached on disk)
         st = None if nt is None else nt[:2]
         for strategy in STRATEGIES:
-            sample_hop(colptr, row, seeds, 1, False, 0, nt, st, strategy)
+            sample_hop(colptr, row, seeds, 1, node_time=nt, seed_time=st, strategy=strategy)
             for dis in (False, True):
-                neighbor_sample(colptr, row, seeds, [2, -1], False, 0, dis, nt, st, strategy)
+                neighbor_sample(
+                    colptr,
+                    row,
+                    seeds,
+                    [2, -1],
+                    disjoint=dis,
+                    node_time=nt,
+                    seed_time=st,
+                    temporal_strategy=strategy,
+                )
     for dis in (False, True):
         rel = Relabeler(3, dis)
         rel.fill(seeds)

@@ -269,7 +269,17 @@ def local_hop_fn(
         hs = hop_seed(seed, hop)
         hs = hs if etype_index is None else derive_seed(hs, etype_index)
         nt = node_time if time is not None else None
-        nbrs, epos, counts = sample_hop(colptr, row, frontier, k, replace, hs, nt, time, strategy)
+        nbrs, epos, counts = sample_hop(
+            colptr,
+            row,
+            frontier,
+            k,
+            replace=replace,
+            seed=hs,
+            node_time=nt,
+            seed_time=time,
+            strategy=strategy,
+        )
         return nbrs, perm[epos], counts
 
     return hop_fn
@@ -403,10 +413,19 @@ class NeighborSampler(BaseSampler):
 
     def _sample_homo(self, seeds, seed_time, seed: int) -> SamplerOutput:
         node, rl, cl, eids, nsn, nse, batch = neighbor_sample(
-            self.colptr, self.row, seeds, self.num_neighbors, self.replace, seed, self.disjoint,
-            self.node_time, seed_time, self.temporal_strategy,
-            None if self.disjoint else self._scratch(), self.perm,
-        )  # fmt: skip
+            self.colptr,
+            self.row,
+            seeds,
+            self.num_neighbors,
+            replace=self.replace,
+            seed=seed,
+            disjoint=self.disjoint,
+            node_time=self.node_time,
+            seed_time=seed_time,
+            temporal_strategy=self.temporal_strategy,
+            scratch=None if self.disjoint else self._scratch(),
+            perm=self.perm,
+        )
         return SamplerOutput(
             node=_t(node), row=_t(rl), col=_t(cl), edge=_t(eids),
             batch=None if batch is None else _t(batch),

@@ -11,7 +11,7 @@ from torch_geometric.data import Data, HeteroData
 
 from app.config import Config
 from app.dataset.link_split import link_split, link_type
-from app.task.device import resolve_device
+from app.placement import resolve_device
 from app.task.source import EdgeType, GraphSource, Schema, eval_cap
 from app.task.tables import LocalTables, Tables
 

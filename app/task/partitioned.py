@@ -25,8 +25,8 @@ from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.graph_store import LocalGraphStore
 from app.partition.link import load_held_out
 from app.partition.reader import load_partition, load_partition_book
+from app.placement import trainer_device
 from app.runtime import Runtime
-from app.task.device import trainer_device
 from app.task.metrics import all_reduce
 from app.task.source import EdgeType, GraphSource, Schema, eval_cap
 from app.task.tables import Tables, make_dist_tables

@@ -32,8 +32,8 @@ from app.distributed.context import DistContext
 from app.distributed.workers import shutdown
 from app.fsutil import write_text_atomic
 from app.netutil import bound_store
+from app.placement import ddp_backend
 from app.runtime import Runtime, tune_process
-from app.task.device import ddp_backend
 from app.task.partitioned import PartitionSource
 from app.task.registry import build_task
 from app.tracking.mlflow import make_tracker

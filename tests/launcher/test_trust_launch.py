@@ -182,9 +182,10 @@ def test_sigterm_stops_the_job_with_143_and_no_traceback(made, tmp_path):
 @pytest.mark.dist
 def test_meta_byte_flip_in_the_default_folder_names_the_file(compose, made, tmp_path):
     from app.launch.precheck import expected_partition
+    from app.partition.spec import PartitionSpec
 
     cfg = compose(*SMOKE, f"output_dir={tmp_path}", f"dataset.root={made / 'data'}")
-    root, _ = expected_partition(cfg)
+    root, _ = expected_partition(PartitionSpec.from_config(cfg))
     shutil.copytree(made / "P", root)
     raw = bytearray((root / "META.json").read_bytes())
     raw[3] = 0xFF

@@ -14,6 +14,7 @@ from app.config import DatasetConfig
 from app.dataset import synthetic_stream
 from app.dataset.chunked import ChunkedGraph, ChunkedGraphError, ChunkedWriter, write_data
 from app.dataset.synthetic import generate_products
+from app.partition.spec import PartitionSpec
 
 
 def _edges(graph: ChunkedGraph) -> np.ndarray:
@@ -219,7 +220,7 @@ def test_partition_cli_on_a_bad_chunk_is_one_line_and_no_run_left_running(tmp_pa
         "dataset": {"root": str(tmp_path / "data"), "num_nodes": 3000, "num_features": 8},
         "partition": {"method": "stream"},
     })  # fmt: skip
-    graph = ChunkedGraph(task.ensure_chunked(cfg))
+    graph = ChunkedGraph(task.ensure_chunked(PartitionSpec.from_config(cfg)))
 
     def poke(arr):
         arr[0, 9] = 0x7FFFFFFF

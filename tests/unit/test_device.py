@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from app.config import ConfigError
-from app.task.device import DeviceLoader, ddp_backend, resolve_device, trainer_device
+from app.placement import ddp_backend, resolve_device, trainer_device
+from app.task.device import DeviceLoader
 from app.task.local import LocalSource
 from app.task.node import NodeTask
 from app.train.checkpoint import checkpoint_path, load_checkpoint, read_checkpoint

@@ -19,7 +19,7 @@ APP = Path(__file__).resolve().parents[2] / "app"
 ENTRY = ("app.__main__", "app.run")
 RULES = {
     "model": ("app.train", "app.loader", "app.distributed", "app.launch", "app.task", *ENTRY),
-    "launch": ("app.train", *ENTRY),
+    "launch": ("app.train", "app.task", *ENTRY),
     "task": ("app.train", "app.launch", *ENTRY),
 }
 

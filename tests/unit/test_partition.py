@@ -413,11 +413,15 @@ def test_our_partition_loads_in_pyg_stores(tmp_path):
 def test_ensure_partition_reuses_without_loading(tmp_path, monkeypatch):
     import app.partition.task as task
     from app.config import to_config
+    from app.partition.spec import PartitionSpec
 
-    monkeypatch.setattr(task, "_dataset_fingerprint", lambda cfg: "fp-test")
+    monkeypatch.setattr(task, "_dataset_fingerprint", lambda spec: "fp-test")
     cfg = to_config(_cfg_dict(tmp_path))
-    root = task.ensure_partition(cfg, data=community_graph())
-    assert root == task.partition_root(cfg) and root.parent == tmp_path / "partitions"
+    root = task.ensure_partition(PartitionSpec.from_config(cfg), data=community_graph())
+    assert (
+        root == task.partition_root(PartitionSpec.from_config(cfg))
+        and root.parent == tmp_path / "partitions"
+    )
     assert root.name.startswith("synthetic_products-") and root.name.endswith("-metis-p2")
 
     def no_dataset(*args):
@@ -427,9 +431,13 @@ def test_ensure_partition_reuses_without_loading(tmp_path, monkeypatch):
     sys.modules["app.dataset"].load_dataset = no_dataset
     stats = task.run_partition_task(cfg)
     assert stats["partition/num_parts"] == 2.0
-    relabel = to_config({**_cfg_dict(tmp_path), "partition": {"relabel": True}})
+    relabel = PartitionSpec.from_config(
+        to_config({**_cfg_dict(tmp_path), "partition": {"relabel": True}})
+    )
     assert task.partition_root(relabel).name.endswith("-p2-relabel")
-    local = to_config({**_cfg_dict(tmp_path), "partition": {"relabel": True, "order": "locality"}})
+    local = PartitionSpec.from_config(
+        to_config({**_cfg_dict(tmp_path), "partition": {"relabel": True, "order": "locality"}})
+    )
     assert task.partition_root(local).name.endswith("-p2-relabel-locality")
     assert task.config_fingerprint(local) != task.config_fingerprint(relabel)
 

@@ -15,6 +15,7 @@ from app.dataset.chunked import ChunkedGraph, write_data
 from app.dataset.synthetic import generate_products, to_data
 from app.dataset.synthetic_stream import generate_products_chunked
 from app.partition import PartitionError, load_partition, read_meta
+from app.partition.spec import PartitionSpec
 from app.partition.stream import BASELINE_GB, stream_partition
 from app.partition.writer import partition_graph
 from tests.helpers.jobs import REPO
@@ -91,7 +92,7 @@ def test_the_readmes_products_homo_stream_command_works(compose, tmp_path):
     )  # fmt: skip
     assert cfg.partition.relabel and cfg.partition.order == "locality"
     task.run_partition_task(cfg)
-    root = task.partition_root(cfg)
+    root = task.partition_root(PartitionSpec.from_config(cfg))
     assert root.name.endswith("-stream-p2-relabel-locality")
     meta = read_meta(root)
     assert meta["method"] == "stream" and meta["relabel"] and len(meta["node_bounds"]) == 3
@@ -182,14 +183,15 @@ def test_task_streams_the_chunked_dataset_and_reuses_it(tmp_path):
 
     cfg = to_config(_cfg(tmp_path, memory_budget_gb=2.0))
     stats = task.run_partition_task(cfg)
-    root = task.partition_root(cfg)
+    spec = PartitionSpec.from_config(cfg)
+    root = task.partition_root(spec)
     assert root.name.endswith("-stream-p2") and read_meta(root)["method"] == "stream"
-    assert (task.chunked_graph_root(cfg) / "manifest.json").is_file()
+    assert (task.chunked_graph_root(spec) / "manifest.json").is_file()
     assert 0 < stats["partition/halo_frac"] < 1 and stats["partition/edge_cut_frac"] < 0.5
     part = load_partition(root, 1, expected_num_parts=2)
     assert part.node_feats["feats"]["x"].shape[1] == 8
-    assert task.ensure_partition(cfg) == root  # reused
-    more = to_config(_cfg(tmp_path, refine_passes=0))
+    assert task.ensure_partition(spec) == root  # reused
+    more = PartitionSpec.from_config(to_config(_cfg(tmp_path, refine_passes=0)))
     assert task.partition_root(more) != root, "refine_passes is part of the fingerprint"
 
 
@@ -242,7 +244,7 @@ def test_metis_over_budget_is_advised(tmp_path, caplog):
     cfg = to_config({**_cfg(tmp_path, method="metis", memory_budget_gb=1.0)})
     cfg.dataset.num_nodes = 2_449_029
     with caplog.at_level(logging.INFO, logger="distgnn"):
-        task.advise_on_memory(cfg)
+        task.advise_on_memory(PartitionSpec.from_config(cfg))
     assert "> partition.memory_budget_gb=1.0; partition=stream" in caplog.text
 
 
@@ -250,9 +252,9 @@ def test_write_partition_streams_given_data(tmp_path):
     """The path that partitions an in-memory graph (link prediction's training edges)."""
     import app.partition.task as task
 
-    cfg = to_config(_cfg(tmp_path))
+    spec = PartitionSpec.from_config(to_config(_cfg(tmp_path)))
     data = community_graph()
-    meta = task.write_partition(cfg, data, tmp_path / "p", "fp")
-    assert meta.method == "stream" and meta.fingerprint == task.config_fingerprint(cfg, "fp")
+    meta = task.write_partition(spec, data, tmp_path / "p", "fp")
+    assert meta.method == "stream" and meta.fingerprint == task.config_fingerprint(spec, "fp")
     check_homo(data, tmp_path / "p", 2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p"], "chunked copy left behind"

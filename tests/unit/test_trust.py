@@ -15,6 +15,7 @@ from app.config import ConfigError
 from app.launch.limits import check_memory, estimate_bytes
 from app.partition import reader
 from app.partition.reader import VERIFIED_FILE, PartitionError, load_partition, verify_partition
+from app.partition.spec import PartitionSpec
 from app.partition.writer import partition_graph
 from tests.helpers.disk import rot
 from tests.helpers.jobs import REPO, run_app
@@ -120,28 +121,35 @@ def test_meta_byte_flip_names_the_file(part_root, tmp_path):
     assert "\n" not in str(err.value)
 
 
+def _spec(compose):
+    """`compose`, giving the partition spec the memory check reads."""
+    return lambda *overrides: PartitionSpec.from_config(compose(*overrides))
+
+
 def test_memory_estimate_refuses_huge_graphs_in_one_line(compose):
-    cfg = compose("+experiment=smoke", "dataset.num_nodes=2000000000")
+    spec = _spec(compose)
+    huge = spec("+experiment=smoke", "dataset.num_nodes=2000000000")
     with pytest.raises(ConfigError, match=r"needs about \d+\.\d GiB but 8\.0 GiB is available"):
-        check_memory(cfg, available=8 << 30)
-    small = compose("+experiment=smoke")
+        check_memory(huge, available=8 << 30)
+    small = spec("+experiment=smoke")
     check_memory(small, available=8 << 30)
-    assert 0 < estimate_bytes(small) < estimate_bytes(cfg)
-    assert estimate_bytes(compose("+experiment=products_homo")) < 8 << 30  # the main job fits
+    assert 0 < estimate_bytes(small) < estimate_bytes(huge)
+    assert estimate_bytes(spec("+experiment=products_homo")) < 8 << 30  # the main job fits
 
 
 def test_memory_check_uses_the_streaming_estimate_for_partition_stream(compose):
     """Issue 28 #4: 8M nodes in 8 parts under a 4 GiB budget was refused with the in-memory
     figure (~33.8 GiB); the streaming path's own peak is what the check compares."""
+    spec = _spec(compose)
     big = ("dataset.num_nodes=8000000", "partition.num_parts=8", "cluster.num_nodes=8")
-    stream = compose("task=partition", *big, "partition=stream", "partition.memory_budget_gb=4")
-    metis = compose("task=partition", *big)
+    stream = spec("task=partition", *big, "partition=stream", "partition.memory_budget_gb=4")
+    metis = spec("task=partition", *big)
     assert estimate_bytes(metis) > 30 << 30
     assert estimate_bytes(stream) <= 4 << 30
     check_memory(stream, available=6 << 30)
     with pytest.raises(ConfigError, match=r"partition.method=metis\): .* needs about 3\d\.\d GiB"):
         check_memory(metis, available=6 << 30)
-    relabelled = compose(
+    relabelled = spec(
         "task=partition", *big, "partition=stream", "partition.relabel=true",
         "partition.order=locality",
     )  # fmt: skip
