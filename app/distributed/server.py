@@ -3,11 +3,12 @@
 Any process that holds a partition (every sampler process; a trainer sampling in-process)
 registers its stores (`endpoints.register`) BEFORE joining the RPC group, so no request can
 arrive first; a PyG-style script registers after `init_rpc`, and hop / features requests that
-arrive before then wait for it (`endpoints.await_registered`). The `remote_*` functions below are the service table, every endpoint a peer can
-call, by name (`rpc.call_async(peer, "hop", args)`): hop (with optional seed times), features,
-sample_batch (with optional seed times), sample_edges, prepare_sampler (a loader's warm-up),
-tensor_pull / tensor_push / tensor_apply (DistTensor rows, served by the process holding the
-shard), stats, ping, stop. They run on this process's RPC threads against the registered stores.
+arrive before then wait for it (`endpoints.await_registered`). The `remote_*` functions below
+are the service table, every endpoint a peer can call, by name (`rpc.call_async(peer, "hop",
+args)`): hop (with optional seed times), features, sample_batch (with optional seed times),
+sample_edges, prepare_sampler (a loader's warm-up), tensor_pull / tensor_push / tensor_apply
+(DistTensor rows, served by the process holding the shard), stats, ping, stop. They run on this
+process's RPC threads against the registered stores.
 
 The sampler process that serves them (`run_sampler`) and its lifecycle live in `workers`.
 """
