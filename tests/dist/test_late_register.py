@@ -14,6 +14,7 @@ import torch
 
 from tests.helpers.dist_graphs import node_features, random_graph, write_homo
 from tests.helpers.ports import free_port
+from tests.helpers.ranks import run_ranks
 
 pytestmark = pytest.mark.dist
 N, PARTS, LATE_S = 300, 2, 3.0
@@ -36,9 +37,9 @@ def _rank(rank: int, root: str, port: int, queue) -> None:
             root, [-1, -1], "127.0.0.1", port, ctx, batch_size=32, num_workers=0
         )
         batches = [(b.n_id, b.x) for b in loader]
-        queue.put(pickle.dumps((rank, batches, time.monotonic() - start)))
+        queue.put(pickle.dumps((rank, (batches, time.monotonic() - start))))
     except Exception as e:  # the test fails at once with this rank's error
-        queue.put(pickle.dumps((rank, f"{type(e).__name__}: {e}", 0.0)))
+        queue.put(pickle.dumps((rank, f"{type(e).__name__}: {e}")))
         raise
     finally:
         pyg_dist.shutdown_rpc()
@@ -47,22 +48,8 @@ def _rank(rank: int, root: str, port: int, queue) -> None:
 def test_a_rank_that_registers_late_is_waited_for(tmp_path):
     x = node_features(N)
     write_homo(tmp_path, random_graph(N, 5, seed=4), x, torch.arange(N) % 7, PARTS)
-    ctx = torch.multiprocessing.get_context("spawn")
-    port, queue = free_port(), ctx.Queue()
-    procs = [ctx.Process(target=_rank, args=(r, str(tmp_path), port, queue)) for r in (0, 1)]
-    for p in procs:
-        p.start()
-    try:
-        results = {r: (b, s) for r, b, s in (pickle.loads(queue.get(timeout=120)) for _ in procs)}
-    finally:
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
-                p.join()
-    for rank, (batches, _) in results.items():
-        assert not isinstance(batches, str), f"rank {rank}: {batches}"
-    assert [p.exitcode for p in procs] == [0, 0]
+    port = free_port()
+    results = run_ranks(_rank, [(r, str(tmp_path), port) for r in (0, 1)])
     seen = torch.cat([n_id for batches, _ in results.values() for n_id, _ in batches])
     assert seen.unique().numel() == N  # the two ranks' seeds and neighbours cover the graph
     for batches, _ in results.values():

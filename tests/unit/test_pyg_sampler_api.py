@@ -21,6 +21,7 @@ from app.distributed.dist_neighbor_sampler import DistNeighborSampler
 from app.distributed.event_loop import ConcurrentEventLoop
 from app.sampler.neighbor import NeighborSampler
 from tests.helpers.ports import free_port
+from tests.helpers.ranks import run_ranks
 
 GLOBAL_EDGES = torch.tensor([[1, 2, 3, 4, 5, 0, 5, 6, 7, 8, 9, 0],
                              [0, 1, 2, 3, 4, 4, 9, 5, 6, 7, 8, 9]])  # fmt: skip
@@ -129,21 +130,8 @@ EDGE_LEVEL = {
 
 @pytest.mark.dist
 def test_pyg_sampler_entry_points_equal_the_local_sampler():
-    ctx = torch.multiprocessing.get_context("spawn")
     port = free_port()
-    queue = ctx.Queue()
-    procs = [ctx.Process(target=_rank, args=(r, port, queue)) for r in (0, 1)]
-    for p in procs:
-        p.start()
-    try:
-        results = dict(pickle.loads(queue.get(timeout=120)) for _ in procs)
-    finally:
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
-                p.join()
-    assert [p.exitcode for p in procs] == [0, 0]
+    results = run_ranks(_rank, [(r, port) for r in (0, 1)])
     for rank, got in results.items():
         want, _ = _local(rank)
         _assert_same(got["plain"], {k: v for k, v in want.items() if k != "batch"}, "plain")
