@@ -65,17 +65,15 @@ def bound_store(
     *,
     wait_for_workers: bool = True,
 ) -> Any:
-    """A c10d `TCPStore`: the master's server listens on `addr:port` only; others connect.
-
-    The store takes ownership of the listening socket's file descriptor.
-    """
+    """A c10d `TCPStore`: the master's server listens on `addr:port` only; others connect."""
     from torch.distributed import TCPStore
 
     timeout = timedelta(seconds=timeout_s)
     if not is_master:
         return TCPStore(addr, port, world_size, False, timeout)
-    fd = bind_listener(addr, port).detach()
-    try:
+    # The store owns a duplicate of the listener: whether its constructor fails before or
+    # after taking it, closing our own copy here is never a second close of its number.
+    with bind_listener(addr, port) as sock:
         return TCPStore(
             addr,
             port,
@@ -83,27 +81,21 @@ def bound_store(
             True,
             timeout,
             wait_for_workers=wait_for_workers,
-            master_listen_fd=fd,
+            master_listen_fd=os.dup(sock.fileno()),
         )
-    except BaseException:
-        os.close(fd)
-        raise
 
 
 def _bound_rendezvous(url: str, timeout: timedelta = timedelta(minutes=30), **kwargs: Any):
-    """`distgnn-tcp://addr:port?rank=r&world_size=n`: like torch's `tcp://`, bound to addr."""
+    """`distgnn-tcp://addr:port?rank=r&world_size=n[&timeout_s=t]`: like torch's `tcp://`,
+    bound to addr. `timeout_s` bounds the wait for every member (torch's RPC passes no timeout,
+    so its default, 30 minutes, would otherwise hold a job whose peer never comes)."""
     parsed = urlparse(url)
     query = {k: v[0] for k, v in parse_qs(parsed.query).items()}
     if parsed.hostname is None or parsed.port is None:
         raise ValueError(f"{url}: expected {BOUND_SCHEME}://addr:port")
     rank, world_size = int(query["rank"]), int(query["world_size"])
-    store = bound_store(
-        parsed.hostname,
-        parsed.port,
-        world_size,
-        rank == 0,
-        timeout.total_seconds(),
-    )
+    timeout_s = float(query.get("timeout_s", timeout.total_seconds()))
+    store = bound_store(parsed.hostname, parsed.port, world_size, rank == 0, timeout_s)
     yield (store, rank, world_size)
     raise RuntimeError(f"{BOUND_SCHEME}:// cannot re-rendezvous")
 

@@ -10,8 +10,6 @@ epoch 1 and epoch 2. Conditions, side by side in one run:
 * `ours_fresh`: an empty kernel cache (`DISTGNN_CACHE_DIR`): every kernel compiles;
 * `ours_installed`: an empty cache warmed by `python -m app.jit` first, untimed, as
   `make install` does on a fresh clone;
-* `ours_spawn`: as `ours_installed`, with sampler processes spawned instead of forked (how
-  they started before: a fresh interpreter importing torch, PyG and the script again);
 * `pyg`: PyG's `torch_geometric.distributed` on a partition of its own `Partitioner` (only
   where pyg-lib is importable: PyG samples with it).
 
@@ -91,11 +89,7 @@ def _child(impl: str, rank: int, root: str, ports: str, out: str) -> None:
         dist_neighbor_sampler.warn = lambda *args, **kwargs: None
     else:
         import app.distributed as dist
-        from app.distributed import workers
         from app.distributed.partition import load_partition_info
-
-        if impl == "ours-spawn":
-            workers.START_METHOD = "spawn"
     marks = {"import": time.perf_counter() - T0}
     ddp, rpc_port = (int(p) for p in ports.split(","))
     parts = os.path.join(root, "parts")
@@ -217,7 +211,6 @@ def main() -> None:
         subprocess.run([sys.executable, "-m", "app.jit"], cwd=ROOT, env=installed, check=True)
         results["ours_fresh"] = _run("ours", base / f"ours_{num_nodes}", fresh, base)
         results["ours_installed"] = _run("ours", base / f"ours_{num_nodes}", installed, base)
-        results["ours_spawn"] = _run("ours-spawn", base / f"ours_{num_nodes}", installed, base)
     if with_pyg:
         results["pyg"] = _run("pyg", base / f"pyg_{num_nodes}", env, base)
     ref = results.get("pyg")

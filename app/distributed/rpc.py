@@ -143,7 +143,7 @@ def init_rpc(
             num_worker_threads=num_threads,
             _transports=TRANSPORTS,
             rpc_timeout=max(timeout_s, init_timeout_s),  # also bounds the init all-gather
-            init_method=f"{BOUND_SCHEME}://{master_addr}:{master_port}",
+            init_method=f"{BOUND_SCHEME}://{master_addr}:{master_port}?timeout_s={init_timeout_s:g}",
         )
         try:
             with warnings.catch_warnings():  # torch's own init all-gather: see GLOO_AS_GROUP
@@ -160,6 +160,14 @@ def init_rpc(
                 raise RpcInitError(
                     f"RPC port {master_port} on {master_addr} is already in use: free it or "
                     "pick another port"
+                ) from None
+            if "timed out" in text.lower() or "timeout" in text.lower():
+                raise RpcInitError(
+                    f"{ctx.worker_name}: the RPC group at {master_addr}:{master_port} did not "
+                    f"gather its {ctx.global_world_size} processes (every rank and its sampler "
+                    f"processes) within {init_timeout_s:g} s: start every rank, or allow more "
+                    "time (the loader's init_timeout=, a job's cluster.init_timeout_s) "
+                    f"({_last_line(text)})"
                 ) from None
             raise RpcInitError(
                 f"{ctx.worker_name} could not join the RPC group at {master_addr}:{master_port} "

@@ -2,11 +2,12 @@
 
 One main, two starters. `run_sampler` is the sampler process: load the node's partition
 (memory-mapped), join RPC, answer requests (the endpoints in `server`) until its trainer says
-stop (or is gone, or SIGTERM / SIGINT: then at once), leave RPC, exit. The launcher starts it as a process of the job
-(`app.launch.worker` → `serve`, named in `app.launch.plan.ROLE_MAINS`); a hand-launched PyG-style script's loader starts its own
-(`join`: forked, as PyG's loader's workers are), and stops them when the last loader
-using them is closed, garbage-collected, or the interpreter exits (atexit) — never an orphan:
-a sampler also leaves by itself once its trainer stops answering pings.
+stop (or is gone, or SIGTERM / SIGINT: then at once), leave RPC, exit. The launcher starts it
+as a process of the job (`app.launch.worker` → `serve`, named in `app.launch.plan.ROLE_MAINS`);
+a hand-launched PyG-style script's loader starts its own (`join`: forked from a clean fork
+server, `forkserver`, never from the script itself), and stops them when the last loader using
+them is closed, garbage-collected, or the interpreter exits (atexit) — never an orphan: a
+sampler also leaves by itself once its trainer stops answering pings or its fork server ends.
 
 `shutdown(ctx)` is a trainer's teardown: stop its samplers, then leave RPC (graceful: every
 process of the group meets at a bounded barrier, so no peer sees a broken pipe).
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import multiprocessing as mp
 import signal
 import sys
 import threading
@@ -26,18 +26,14 @@ from typing import Any
 from app.config import Config
 from app.distributed import rpc, server, shm
 from app.distributed.context import DistContext
+from app.distributed.forkserver import ForkServer, SamplerProcess
 from app.runtime import Runtime, tune_process, worker_name
 
 log = logging.getLogger("distgnn")
 
 PING_EVERY_S = 2.0
 JOIN_GRACE_S = 10.0  # after RPC is down, how long a sampler process gets to exit on its own
-# A loader's sampler processes are forks of the trainer (Linux): they start with its imports
-# and compiled kernels instead of importing torch, PyG and numba again and re-running the
-# script's main module (what `spawn` does: the seconds that kept the first batch waiting).
-# Nothing of the parent's state is used in the child but the loader's arguments: RPC and the
-# sampler's threads start after the fork. Elsewhere (fork is unsafe on macOS) they spawn.
-START_METHOD = "fork" if sys.platform == "linux" else "spawn"
+POLL_S = 0.2  # how often a start-up wait looks at its sampler processes (and lets Ctrl-C in)
 
 
 # -- the sampler process ------------------------------------------------------------------------
@@ -64,11 +60,16 @@ def run_sampler(
 
     `ctx` is the sampler's derived context (`DistContext.from_runtime` or `.sampler(w)`).
     """
+    # Until it serves, SIGTERM / SIGINT end it at once: loading and joining block in C++,
+    # where a Python handler would not run before the start-up timeout.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
     log.info("%s: %s", ctx.worker_name, tune_process("sampler"))
     shm.remove_orphans()
     fs, gs = server.load_stores(partition_root, ctx.partition_idx)
     server.register(fs, gs, rpc.RPCRouter.for_context(ctx))
     stop, failed = server._stop, threading.Event()  # `stop` is set by the "stop" endpoint
+    rpc.init_rpc(ctx, master_addr, rpc_port, timeout_s=rpc_timeout_s, init_timeout_s=init_timeout_s)
 
     def _on_term(*_: Any) -> None:
         failed.set()
@@ -76,7 +77,6 @@ def run_sampler(
 
     for sig in (signal.SIGTERM, signal.SIGINT):  # SIGINT means what SIGTERM means: stop now
         signal.signal(sig, _on_term)
-    rpc.init_rpc(ctx, master_addr, rpc_port, timeout_s=rpc_timeout_s, init_timeout_s=init_timeout_s)
     trainer = worker_name("trainer", ctx.partition_idx, ctx.local_rank)
     try:
         while not stop.wait(PING_EVERY_S):
@@ -111,18 +111,15 @@ def serve(runtime: Runtime, cfg: Config) -> int:
     )
 
 
-def _spawned_main(ctx: DistContext, *args: Any) -> None:
-    """Entry of a sampler process a loader spawned: logging, then `run_sampler`, then exit
-    without interpreter teardown (a stuck RPC thread must not keep it alive)."""
+def sampler_main(ctx: DistContext, *args: Any) -> None:
+    """Entry of a sampler process a loader started (forked by its `ForkServer`): logging, then
+    `run_sampler`, then exit without interpreter teardown (a stuck RPC thread must not keep
+    it alive)."""
     import os
 
     from app.tracking.logging import setup_logging
 
     setup_logging(ctx.worker_name)
-    # Out of the terminal's process group: Ctrl-C reaches the trainer, which stops us
-    # gracefully; a SIGINT sent to this process itself stops it at once, as SIGTERM does.
-    os.setpgid(0, 0)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the script's handler (a fork has it)
     code = 1
     try:
         code = run_sampler(ctx, *args)
@@ -183,11 +180,12 @@ def shutdown(ctx: DistContext, graceful_timeout_s: float = 120.0, failed: bool =
 @dataclass
 class Group:
     """This process's RPC membership as a loader formed it (no launcher): the derived context,
-    the sampler processes it started, how many open loaders use it."""
+    the fork server and the sampler processes it started, how many open loaders use it."""
 
     ctx: DistContext
     init_timeout_s: float
-    procs: list[Any] = field(default_factory=list)
+    forks: ForkServer | None = None
+    procs: list[SamplerProcess] = field(default_factory=list)
     users: int = 0
     closed: bool = False
 
@@ -229,19 +227,12 @@ def join(
                 "(LocalGraphStore/LocalFeatureStore.from_partition): sampler processes load it"
             )
         group = Group(ctx, init_timeout_s)
-        spawn = mp.get_context(START_METHOD)
-        args = (str(partition_root), master_addr, master_port, rpc_timeout_s, init_timeout_s)
-        for w in range(ctx.num_workers):
-            sctx = ctx.sampler(w)
-            proc = spawn.Process(target=_spawned_main, args=(sctx, *args), name=sctx.name)
-            proc.daemon = True  # multiprocessing terminates it at exit if all else failed
-            proc.start()
-            group.procs.append(proc)
         try:
-            rpc.init_rpc(ctx, master_addr, master_port, num_rpc_threads,
-                         timeout_s=rpc_timeout_s, init_timeout_s=init_timeout_s)  # fmt: skip
+            _start_samplers(group, (str(partition_root), master_addr, master_port,
+                                    rpc_timeout_s, init_timeout_s))  # fmt: skip
+            _init_rpc_watching(group, master_addr, master_port, num_rpc_threads, rpc_timeout_s)
         except BaseException:
-            _reap(group.procs, 0.0)
+            _reap(group, 0.0)
             raise
         group.users = 1
         _current["group"] = group
@@ -249,6 +240,48 @@ def join(
             atexit.register(_at_exit)
             _current["atexit"] = group
         return group
+
+
+def _start_samplers(group: Group, args: tuple) -> None:
+    """Fork `group.ctx.num_workers` samplers from a fresh fork server (`forkserver`): never
+    from this process, whose OpenMP pool a fork would inherit in whatever state it is in."""
+    if not group.ctx.num_workers:
+        return
+    group.forks = ForkServer(preload=__name__)
+    for w in range(group.ctx.num_workers):
+        sctx = group.ctx.sampler(w)
+        target = f"{__name__}:{sampler_main.__name__}"
+        group.procs.append(group.forks.start(sctx.name, target, (sctx, *args)))
+
+
+def _init_rpc_watching(
+    group: Group, master_addr: str, master_port: int, threads: int, rpc_timeout_s: float
+) -> None:
+    """`rpc.init_rpc` in a helper thread, watched from this one: Ctrl-C interrupts the wait,
+    and a sampler process that dies during start-up fails the join at once, by name, instead
+    of at the start-up timeout."""
+    outcome: list[BaseException | None] = []
+
+    def _run() -> None:
+        try:
+            rpc.init_rpc(group.ctx, master_addr, master_port, threads,
+                         timeout_s=rpc_timeout_s, init_timeout_s=group.init_timeout_s)  # fmt: skip
+            outcome.append(None)
+        except BaseException as err:  # handed to the waiting thread
+            outcome.append(err)
+
+    waiter = threading.Thread(target=_run, name="distgnn-rpc-join", daemon=True)
+    waiter.start()
+    while waiter.is_alive():
+        waiter.join(POLL_S)
+        dead = [p.name for p in group.procs if not p.is_alive()]
+        if dead and waiter.is_alive():
+            raise rpc.RpcInitError(
+                f"sampler process {dead[0]} exited while the RPC group was forming: see its "
+                "lines above"
+            )
+    if outcome and outcome[0] is not None:
+        raise outcome[0]
 
 
 def leave(group: Group | None) -> None:
@@ -265,22 +298,26 @@ def leave(group: Group | None) -> None:
 def _close(group: Group, failed: bool) -> None:
     group.closed = True
     shutdown(group.ctx, group.init_timeout_s, failed)
-    _reap(group.procs, JOIN_GRACE_S)
+    _reap(group, JOIN_GRACE_S)
 
 
-def _reap(procs: list[Any], grace_s: float) -> None:
-    """Wait for the sampler processes, then terminate (and kill) any still running."""
-    for proc in procs:
+def _reap(group: Group, grace_s: float) -> None:
+    """Wait for the sampler processes, terminate (and kill) any still running, then end the
+    fork server."""
+    for proc in group.procs:
         proc.join(grace_s)
-    for proc in procs:
+    for proc in group.procs:
         if proc.is_alive():
-            log.warning("sampler process %s did not exit; terminating it", proc.name)
+            if grace_s:  # with no grace (a failed start-up) ending them is the plan, not news
+                log.warning("sampler process %s did not exit; terminating it", proc.name)
             proc.terminate()
             proc.join(5.0)
             if proc.is_alive():
                 proc.kill()
                 proc.join(5.0)
-    if procs:
+    if group.forks is not None:
+        group.forks.close()
+    if group.procs:
         shm.remove_orphans()
 
 

@@ -46,7 +46,8 @@ def test(model, loader, dataset):
 
 def run_proc(local_proc_rank, num_nodes, node_rank, dataset, root_dir, master_addr, ddp_port,
              train_loader_port, test_loader_port, num_epochs, batch_size, num_neighbors,
-             async_sampling, concurrency, num_workers, num_training_procs_per_node):  # fmt: skip
+             async_sampling, concurrency, num_workers, num_training_procs_per_node,
+             in_channels=8, loader_kwargs=None):  # fmt: skip
     is_hetero = dataset == "hetero"
     part_dir = osp.join(root_dir, f"{dataset}-partitions")
     print("--- Loading data partition files ...")
@@ -90,6 +91,7 @@ def run_proc(local_proc_rank, num_nodes, node_rank, dataset, root_dir, master_ad
         batch_size=batch_size, shuffle=True, device=current_device, num_workers=num_workers,
         concurrency=concurrency, master_addr=master_addr, master_port=train_loader_port,
         async_sampling=async_sampling, filter_per_worker=False, current_ctx=current_ctx,
+        **(loader_kwargs or {}),
     )  # fmt: skip
     # PyG's positional order: data, num_neighbors, master_addr, master_port, current_ctx
     test_loader = DistNeighborLoader(
@@ -99,7 +101,7 @@ def run_proc(local_proc_rank, num_nodes, node_rank, dataset, root_dir, master_ad
         filter_per_worker=False,
     )  # fmt: skip
 
-    model = GraphSAGE(in_channels=-1 if is_hetero else 8, hidden_channels=16, num_layers=2,
+    model = GraphSAGE(in_channels=-1 if is_hetero else in_channels, hidden_channels=16, num_layers=2,
                       out_channels=3)  # fmt: skip
     if is_hetero:
         metadata = (meta["node_types"], [tuple(e) for e in meta["edge_types"]])
@@ -149,9 +151,12 @@ if __name__ == "__main__":
     parser.add_argument("--async_sampling", type=int, default=1)
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--num_workers", type=int, default=2)
+    parser.add_argument("--in_channels", type=int, default=8)
+    parser.add_argument("--init_timeout", type=float, default=None)  # not PyG's: ours
     args = parser.parse_args()
     run_proc(0, args.num_nodes, args.node_rank, args.dataset, args.dataset_root_dir,
              args.master_addr, args.ddp_port, args.train_loader_port, args.test_loader_port,
              args.num_epochs, args.batch_size, [int(i) for i in args.num_neighbors.split(",")],
              bool(args.async_sampling), args.concurrency, args.num_workers,
-             args.num_training_procs)  # fmt: skip
+             args.num_training_procs, args.in_channels,
+             {} if args.init_timeout is None else {"init_timeout": args.init_timeout})  # fmt: skip

@@ -15,10 +15,10 @@ from torch_geometric.data import Data, HeteroData
 from app.distributed import Partitioner  # was: from torch_geometric.distributed import ...
 
 
-def make_homo(num_nodes: int = 240, num_edges: int = 1600) -> Data:
+def make_homo(num_nodes: int = 240, num_edges: int = 1600, num_features: int = 8) -> Data:
     gen = torch.Generator().manual_seed(0)
     y = torch.randint(0, 3, (num_nodes,), generator=gen)
-    x = torch.randn(num_nodes, 8, generator=gen) + y.unsqueeze(1).float()
+    x = torch.randn(num_nodes, num_features, generator=gen) + y.unsqueeze(1).float()
     edge_index = torch.randint(0, num_nodes, (2, num_edges), generator=gen)
     train_mask = torch.rand(num_nodes, generator=gen) < 0.6
     return Data(x=x, y=y, edge_index=edge_index, train_mask=train_mask, test_mask=~train_mask)
@@ -42,9 +42,11 @@ def make_hetero(papers: int = 200, authors: int = 120) -> HeteroData:
     return data
 
 
-def partition_dataset(dataset: str, root_dir: str, num_parts: int, recursive: bool = False):
+def partition_dataset(dataset: str, root_dir: str, num_parts: int, recursive: bool = False,
+                      **sizes: int):  # fmt: skip
+    """`sizes`: make_homo's sizes (num_nodes, num_edges, num_features) for a larger graph."""
     save_dir = osp.join(root_dir, f"{dataset}-partitions")
-    data = make_homo() if dataset == "homo" else make_hetero()
+    data = make_homo(**sizes) if dataset == "homo" else make_hetero()
     partitioner = Partitioner(data, num_parts, save_dir, recursive)
     partitioner.generate_partition()
 

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import select
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.helpers.ports import free_ports
@@ -24,6 +27,10 @@ from tests.helpers.ports import free_ports
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 TIMEOUT_S = 300
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS")
+# Above torch's parallel grain size (32768 elements): loading the partition runs multi-threaded
+# ops in the script before its loader starts sampler processes.
+REAL_GRAPH = {"num_nodes": 20_000, "num_edges": 200_000, "num_features": 32}
 
 pytestmark = pytest.mark.dist
 
@@ -53,21 +60,30 @@ def _session_members(sid: int) -> list[str]:
     return left
 
 
+def _user_env() -> dict[str, str]:
+    """A user's shell: none of the suite's thread variables (tests/conftest.py sets
+    OMP_NUM_THREADS=1, which hides what a multi-threaded parent does to a fork)."""
+    env = {k: v for k, v in os.environ.items() if k not in THREAD_VARS}
+    env["PYTHONPATH"] = f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+    return env
+
+
+def start_rank(script: str, rank: int, *args: str) -> subprocess.Popen:
+    """Rank `rank` of `script` in a session of its own, as from a user's shell."""
+    return subprocess.Popen(
+        [sys.executable, str(HERE / script), "--node_rank", str(rank), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=_user_env(),
+        start_new_session=True,
+    )
+
+
 def run_ranks(script: str, *args: str) -> list[str]:
     """Start rank 0 and 1 of `script`, wait (bounded), return their outputs; fail on a nonzero
     exit, an error at exit, or a process left in either rank's session."""
-    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(HERE / script), "--node_rank", str(r), *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=env,
-            start_new_session=True,
-        )  # fmt: skip
-        for r in (0, 1)
-    ]
+    procs = [start_rank(script, r, *args) for r in (0, 1)]
     deadline, outs = time.monotonic() + TIMEOUT_S, []
     try:
         for p in procs:
@@ -132,3 +148,104 @@ def test_script_without_main_guard(root):
     for rank, out in enumerate(outs):
         seen, total = out.split(f"[node {rank}] ")[1].split(" seeds of ")
         assert int(seen) == int(total.split()[0]) > 0
+
+
+@pytest.fixture(scope="module")
+def real_root(tmp_path_factory) -> Path:
+    """A 20k-node, 32-feature graph in two parts (PyG's partition script, larger sizes)."""
+    spec = importlib.util.spec_from_file_location("pyg_partition", HERE / "partition_graph.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path_factory.mktemp("pyg_real")
+    module.partition_dataset("homo", str(out), 2, **REAL_GRAPH)
+    return out
+
+
+def _real_args(root: Path, *extra: str) -> list[str]:
+    return [*_node_args(root, "homo", 2), "--in_channels", str(REAL_GRAPH["num_features"]),
+            "--batch_size", "1024", *extra]  # fmt: skip
+
+
+def test_sampler_processes_on_a_real_graph_without_thread_variables(real_root):
+    """Issue 37: a script whose loading ran multi-threaded torch ops, then
+    `num_workers=2`: its samplers are forked from a clean fork server, not from the script
+    (a fork of the script inherits its OpenMP pool's state and waited forever in libgomp)."""
+    outs = run_ranks("node_sage.py", *_real_args(real_root))
+    for rank, out in enumerate(outs):
+        assert f"[node {rank}] epoch 0: loss" in out
+        assert out.count("exiting (clean)") == 2, f"rank {rank}: unclean sampler exit:\n{out}"
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _wait_for_line(proc: subprocess.Popen, needle: str, count: int, timeout: float) -> str:
+    """Read `proc`'s output until `needle` appeared `count` times; what was read."""
+    seen, deadline, fd = b"", time.monotonic() + timeout, proc.stdout.fileno()
+    while seen.count(needle.encode()) < count:
+        text = seen.decode(errors="replace")
+        assert time.monotonic() < deadline, f"no {count}x {needle!r} in {timeout} s:\n{text}"
+        assert proc.poll() is None, f"rank exited {proc.returncode}:\n{text}"
+        if select.select([fd], [], [], 0.2)[0]:
+            seen += os.read(fd, 65536)
+    return seen.decode(errors="replace")
+
+
+def _split_ranks(root: Path, *extra: str) -> tuple[subprocess.Popen, subprocess.Popen]:
+    """Both ranks form their DDP group, but rank 1 looks for the loader's RPC group on another
+    port: rank 0 and its samplers wait in the RPC start-up for a peer that never comes."""
+    ddp, train, test, elsewhere = free_ports(4)
+    common = ["--dataset", "homo", "--dataset_root_dir", str(root), "--num_nodes", "2",
+              "--ddp_port", str(ddp), "--test_loader_port", str(test), "--num_workers", "2",
+              "--in_channels", str(REAL_GRAPH["num_features"]), *extra]  # fmt: skip
+    return (start_rank("node_sage.py", 0, *common, "--train_loader_port", str(train)),
+            start_rank("node_sage.py", 1, *common, "--train_loader_port", str(elsewhere)))  # fmt: skip
+
+
+def _end_all(*procs: subprocess.Popen) -> None:
+    for proc in procs:
+        for p in _descendants(proc.pid):
+            p.kill()
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+        proc.wait()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_signal_during_start_up_ends_the_rank_and_its_samplers(real_root, sig):
+    """Rank 0's samplers wait in the RPC start-up for a peer that never comes. Ctrl-C (to the
+    rank's process group, as a terminal sends it) or SIGTERM ends the rank, and every process
+    it started, within seconds; none is left orphaned."""
+    rank0, rank1 = _split_ranks(real_root)
+    try:
+        _wait_for_line(rank0, "'malloc_tuned'", 2, 180)  # both samplers started
+        started = _descendants(rank0.pid)
+        assert len(started) >= 3, f"fork server and 2 samplers expected: {started}"
+        t0 = time.monotonic()
+        os.killpg(rank0.pid, sig) if sig == signal.SIGINT else rank0.send_signal(sig)
+        rank0.wait(timeout=30)
+        _, alive = psutil.wait_procs(started, timeout=20)
+        assert not alive, f"left running {time.monotonic() - t0:.1f} s after {sig!r}: {alive}"
+    finally:
+        _end_all(rank0, rank1)
+
+
+def test_start_up_wait_is_bounded_with_one_line(real_root):
+    """With a 10 s start-up bound, rank 0's RPC group never fills: the script fails at the
+    bound with one line naming the wait and the knob, and leaves no process behind."""
+    rank0, rank1 = _split_ranks(real_root, "--init_timeout", "10")
+    started: list[psutil.Process] = []
+    try:
+        _wait_for_line(rank0, "'malloc_tuned'", 2, 180)
+        started = _descendants(rank0.pid)
+        out = rank0.communicate(timeout=120)[0]
+    finally:
+        _end_all(rank0, rank1)
+    assert rank0.returncode != 0
+    assert "did not gather its 6 processes" in out and "init_timeout=" in out, out[-3000:]
+    _, alive = psutil.wait_procs(started, timeout=20)
+    assert not alive, f"left running: {alive}"
