@@ -127,3 +127,20 @@ def pytest_runtest_makereport(item, call):
         )
         _started.clear()
     return report
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Name a failing test the moment it fails, not only in the summary at the end: a long
+    run stopped early (CI's time limit, a killed machine) still says what failed."""
+    if report.failed:
+        reporter = _reporter.get("terminal")
+        if reporter is not None:
+            reporter.write_line(f"\nFAILED {report.nodeid} ({report.when})", red=True, bold=True)
+
+
+_reporter: dict[str, object] = {}
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    _reporter["terminal"] = config.pluginmanager.get_plugin("terminalreporter")

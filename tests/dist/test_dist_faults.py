@@ -21,6 +21,7 @@ from app.distributed import DistContext, RpcInitError, init_rpc
 from app.distributed.shm import PREFIX, SHM_DIR
 from tests.helpers.dist_graphs import write_homo
 from tests.helpers.dist_procs import Job, write_spec
+from tests.helpers.load import Budget
 from tests.helpers.ports import free_port
 
 pytestmark = pytest.mark.dist
@@ -28,10 +29,10 @@ RPC_TIMEOUT_S = 5.0
 
 
 def _wait_for(paths, timeout: float, job: Job) -> None:
-    deadline = time.monotonic() + timeout
+    budget = Budget(timeout)
     while not all(p.exists() for p in paths):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"job never got going:\n{job.report()}")
+        if budget.left() <= 0:
+            raise AssertionError(f"job never got going in {budget.describe()}:\n{job.report()}")
         time.sleep(0.1)
 
 
