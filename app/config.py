@@ -87,6 +87,11 @@ class SamplerConfig:
     time_attr: str | None = None
     temporal_strategy: str = "uniform"
     concurrency: int = 2  # batches in flight per trainer (bounded channel depth)
+    # Where a one-process job samples: cpu (numba kernel), cuda (the CSC on the trainer's GPU,
+    # torch ops; homogeneous, non-disjoint, non-temporal), auto (cuda when the trainer is on a
+    # GPU, the sample is one cuda handles and the CSC fits; else cpu). Jobs with sampler
+    # processes sample on the CPU.
+    device: str = "cpu"
     rpc_timeout_s: float = 60.0
     # Rows of remote (halo) node features cached per node (0: off): the halo nodes most reached
     # from this partition's in-edges, filled once at start, shared by the node's processes.
@@ -310,6 +315,25 @@ def kernels_forced() -> str:
     return mode
 
 
+def _check_sampler_device(cfg: Config) -> None:
+    """`sampler.device=cuda` feeds a GPU trainer of a one-process job."""
+    if cfg.sampler.device != "cuda":
+        return
+    _require(
+        cfg.train.device != "cpu",
+        "sampler.device",
+        "cuda",
+        "samples on the trainer's GPU but train.device=cpu: set train.device=cuda",
+    )
+    _require(
+        cfg.cluster.num_nodes == 1 and cfg.cluster.procs_per_node == 1,
+        "sampler.device",
+        "cuda",
+        f"serves one-process jobs (cluster.num_nodes={cfg.cluster.num_nodes}, "
+        f"procs_per_node={cfg.cluster.procs_per_node}): use sampler.device=cpu",
+    )
+
+
 def _check_device(cfg: Config) -> None:
     """`train.device=cuda` needs CUDA here (trainers share GPUs when there are fewer than
     trainers: `app.placement`). Checked where the launcher runs (local and env modes); ssh
@@ -318,6 +342,7 @@ def _check_device(cfg: Config) -> None:
         raise ConfigError(
             f"{KERNELS_ENV}=numba runs CPU kernels only: unset it to train with train.device=cuda"
         )
+    _check_sampler_device(cfg)
     if cfg.train.device != "cuda" or cfg.cluster.mode == "ssh" or cfg.task != "train":
         return
     import torch
@@ -427,6 +452,7 @@ def validate(cfg: Config) -> Config:
     _choice("model.decoder", cfg.model.decoder, ("dot", "mlp"))
     _choice("train.sparse_optimizer", cfg.train.sparse_optimizer, ("adam", "adagrad"))
     _choice("train.device", cfg.train.device, TRAIN_DEVICES)
+    _choice("sampler.device", cfg.sampler.device, TRAIN_DEVICES)
     _choice("train.eval_mode", cfg.train.eval_mode, EVAL_MODES)
     _check_fanouts(cfg)
     _check_device(cfg)

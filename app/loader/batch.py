@@ -185,4 +185,5 @@ def _keys(store, node: bool) -> list[str]:
 def _take(store, keys: list[str], index: Tensor | None) -> Attrs:
     if index is None:
         return {}
-    return {key: store[key].index_select(0, index) for key in keys}
+    # a GPU sampler's ids gather from host-held attributes on the host
+    return {key: store[key].index_select(0, index.to(store[key].device)) for key in keys}

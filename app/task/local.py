@@ -28,6 +28,7 @@ class LocalSource(GraphSource):
         self.device = resolve_device(cfg.train.device)
         self._links: tuple[Data | HeteroData, dict[str, Tensor]] | None = None
         self.loaders: list[Any] = []  # local loaders hold no resources
+        self._sampler: Any = None  # the node loaders' shared sampler on the GPU (sampler.device)
 
     def schema(self) -> Schema:
         d = self.data
@@ -72,6 +73,38 @@ class LocalSource(GraphSource):
         s = self.cfg.sampler
         return dict(replace=s.replace, subgraph_type=s.subgraph_type, disjoint=s.disjoint)
 
+    def sampler_device(self) -> torch.device:
+        """Where the node loaders sample: `sampler.device`, auto resolved to the trainer's GPU
+        when it has one, the sample is one the torch twin draws and the CSC fits."""
+        s, d = self.cfg.sampler, self.data
+        if s.device == "cpu" or self.device.type != "cuda":
+            return torch.device("cpu")
+        if s.device == "cuda":
+            return self.device
+        from app.sampler.torch_kernel import fits
+
+        plain = not (isinstance(d, HeteroData) or s.disjoint or s.time_attr)
+        ok = plain and s.subgraph_type != "induced"
+        return (
+            self.device
+            if ok and fits(self.device, d.num_nodes, d.num_edges)
+            else torch.device("cpu")
+        )
+
+    def _device_sampler(self) -> Any:
+        """One sampler on the GPU for every split (one CSC there), or None to sample on the CPU."""
+        device = self.sampler_device()
+        if device.type == "cpu":
+            return None
+        if self._sampler is None:
+            from app.sampler import NeighborSampler
+
+            s = self.cfg.sampler
+            self._sampler = NeighborSampler(
+                self.data, s.num_neighbors, **self._sampling(), seed=self.cfg.seed, device=device
+            )
+        return self._sampler
+
     def node_loader(self, split: str, seeds: Tensor, node_type: str | None) -> Iterable:
         from app.loader import NeighborLoader
 
@@ -85,12 +118,14 @@ class LocalSource(GraphSource):
             **self._sampling(),
             **self.batch_args(split),
             **self._feeding(),
+            sampler=self._device_sampler(),
         )
 
     def _feeding(self) -> dict[str, Any]:
         """A GPU trainer's batches are sampled ahead in `loader.num_workers` threads and pinned
-        there; a CPU trainer samples in its own thread (its cores are the trainer's)."""
-        gpu = self.device.type == "cuda"
+        there; a CPU trainer samples in its own thread (its cores are the trainer's), and so
+        does a GPU sampler (its kernels queue on the trainer's stream)."""
+        gpu = self.device.type == "cuda" and self.sampler_device().type == "cpu"
         return dict(threads=self.cfg.loader.num_workers if gpu else 0, pin_memory=gpu)
 
     def link_loader(
