@@ -150,7 +150,11 @@ class TrainConfig:
     # one); auto: the same without the warning, for runs a supervisor restarts (torchrun
     # --max-restarts): the first start trains from 0, every restart continues.
     resume: bool | str = False
-    device: str = "cpu"  # cpu | cuda | auto (cuda when available); samplers stay on the CPU
+    device: str = "cpu"  # cpu | cuda | auto (cuda when available); samplers: sampler.device
+    # Device bytes for node features when the sampler runs on the GPU (sampler.device): all of
+    # them when they fit, else the highest-degree rows (the rest from pinned host memory).
+    # -1: what the card has free after the model (its weights x4) and a tenth for activations.
+    gpu_feature_bytes: int = -1
     eval_negatives: int = 20  # link eval: random destinations ranked against each positive
     # Metric that picks a sweep's best job (summaries, `python -m app report`); "": val_acc,
     # or val_auc for link objectives. Names containing "loss" or "time" are minimised.
@@ -487,6 +491,12 @@ def validate(cfg: Config) -> Config:
         "train.checkpoint_every_steps",
         cfg.train.checkpoint_every_steps,
         "must be >= 0 (0: checkpoint at the end of each epoch only)",
+    )
+    _require(
+        cfg.train.gpu_feature_bytes >= -1,
+        "train.gpu_feature_bytes",
+        cfg.train.gpu_feature_bytes,
+        "must be >= 0 bytes, or -1 for what fits after the model",
     )
     _require(
         cfg.loader.num_workers >= 0, "loader.num_workers", cfg.loader.num_workers, "must be >= 0"
