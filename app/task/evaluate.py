@@ -115,7 +115,7 @@ def summarize(results: Iterable[StepResult]) -> dict[str, float]:
             rr_sum += float(res.reciprocal_ranks.sum())
             rr_count += res.reciprocal_ranks.numel()
     correct, total, rr_sum, rr_count, has_scores = all_reduce(
-        [correct, total, rr_sum, rr_count, float(bool(scores))]
+        [float(correct), total, rr_sum, rr_count, float(bool(scores))]
     )
     out = {"acc": correct / total if total else float("nan")}
     if rr_count:
