@@ -336,6 +336,16 @@ def _check_sampler_device(cfg: Config) -> None:
         f"serves one-process jobs (cluster.num_nodes={cfg.cluster.num_nodes}, "
         f"procs_per_node={cfg.cluster.procs_per_node}): use sampler.device=cpu",
     )
+    if cfg.cluster.mode == "ssh" or cfg.task != "train":
+        return
+    import torch
+
+    _require(
+        torch.cuda.is_available(),
+        "sampler.device",
+        "cuda",
+        "CUDA is not available here; use cpu or auto",
+    )
 
 
 def _check_device(cfg: Config) -> None:

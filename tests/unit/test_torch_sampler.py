@@ -9,7 +9,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from torch_geometric.data import Data
 from torch_geometric.sampler import NodeSamplerInput
 
 from app.config import KERNELS_ENV, Config, ConfigError, ModelConfig, validate
@@ -20,25 +19,11 @@ from app.sampler import torch_kernel
 from app.sampler.csc import to_csc
 from app.sampler.neighbor import NeighborSampler
 from app.task.node import node_step
+from tests.helpers.samples import check_valid_sample, simple_graph
 
 CPU = torch.device("cpu")
 N = 400
 Z = 4.5  # per-entry bound: P(|z| > 4.5) ~ 7e-6 under the null, ~1e-3 over every entry tested
-
-
-def simple_graph(num_nodes: int = N, seed: int = 0) -> Data:
-    """A random graph without self-loops or parallel edges, in-degrees 0 to ~30."""
-    rng = np.random.default_rng(seed)
-    deg = rng.integers(0, 30, num_nodes)
-    deg[:5] = 0
-    src, dst = [], []
-    for v, d in enumerate(deg):
-        nbrs = rng.choice(np.delete(np.arange(num_nodes), v), d, replace=False)
-        src.extend(nbrs)
-        dst.extend([v] * d)
-    ei = torch.tensor(np.array([src, dst]), dtype=torch.int64)
-    x = torch.randn(num_nodes, 8)
-    return Data(edge_index=ei, x=x, y=torch.randint(0, 3, (num_nodes,)), num_nodes=num_nodes)
 
 
 @pytest.fixture(scope="module")
@@ -59,34 +44,6 @@ def test_take_all_is_the_numba_sample_exactly(graph):
         for a, b in zip(ref[:4], got[:4], strict=True):
             assert np.array_equal(a, b.numpy())
         assert (ref[4], ref[5]) == (got[4], got[5])
-
-
-def check_valid_sample(data, seeds, fanouts, out) -> None:
-    """Every edge exists with its id; no neighbour twice per node; min(k, degree) per node;
-    seeds first, then each hop's new nodes, each once, in order of first appearance."""
-    node, row, col, eid, nsn, nse = out
-    ei = data.edge_index
-    assert torch.equal(ei[:, eid], torch.stack([node[row], node[col]]))
-    deg = torch.bincount(ei[1], minlength=data.num_nodes)
-    assert torch.equal(node[: len(seeds)], seeds)
-    assert node[len(seeds) :].unique().numel() == node.numel() - len(seeds)
-    assert not torch.isin(node[len(seeds) :], seeds).any()
-    assert sum(nsn) == node.numel() and sum(nse) == row.numel() == col.numel()
-    begin, end, e0 = 0, nsn[0], 0
-    for hop, k in enumerate(fanouts):
-        r, c = row[e0 : e0 + nse[hop]], col[e0 : e0 + nse[hop]]
-        assert bool((c[1:] >= c[:-1]).all()) and (c.numel() == 0 or begin <= int(c.min()))
-        counts = torch.bincount(c - begin, minlength=end - begin)
-        assert torch.equal(counts, deg[node[begin:end]].clamp(max=k))
-        pairs = c * data.num_nodes + node[r]
-        assert pairs.unique().numel() == pairs.numel()  # no neighbour twice for one frontier entry
-        new = r[r >= end]
-        if new.numel():  # new local ids appear in increasing order of first appearance
-            first = torch.tensor(
-                [int((new == i).nonzero()[0]) for i in range(end, end + nsn[hop + 1])]
-            )
-            assert bool((first[1:] > first[:-1]).all())
-        begin, end, e0 = end, end + nsn[hop + 1], e0 + nse[hop]
 
 
 def test_sample_is_valid_in_the_numba_layout(graph):
@@ -202,6 +159,13 @@ def test_sampler_device_cuda_is_refused_where_it_cannot_serve():
     cfg.sampler.num_neighbors, cfg.sampler.device = [5, 5, 5], "cuda"
     with pytest.raises(ConfigError, match="sampler.device='cuda': samples on the trainer's GPU"):
         validate(cfg)
+    cfg.train.device, cfg.cluster.num_nodes, cfg.partition.num_parts = "auto", 2, 2
+    with pytest.raises(ConfigError, match=r"serves one-process jobs \(cluster.num_nodes=2"):
+        validate(cfg)
+    cfg.cluster.num_nodes, cfg.partition.num_parts = 1, 1
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="sampler.device='cuda': CUDA is not available"):
+            validate(cfg)
     cfg.sampler.device = "gpu"
     with pytest.raises(ConfigError, match="sampler.device='gpu': expected one of cpu, cuda"):
         validate(cfg)
