@@ -336,6 +336,13 @@ def _check_sampler_device(cfg: Config) -> None:
         f"serves one-process jobs (cluster.num_nodes={cfg.cluster.num_nodes}, "
         f"procs_per_node={cfg.cluster.procs_per_node}): use sampler.device=cpu",
     )
+    _require(
+        cfg.train.objective == "node",
+        "sampler.device",
+        "cuda",
+        f"samples node batches; train.objective={cfg.train.objective} samples on the CPU: use "
+        "sampler.device=cpu",
+    )
     if cfg.cluster.mode == "ssh" or cfg.task != "train":
         return
     import torch

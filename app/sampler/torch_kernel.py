@@ -125,6 +125,7 @@ def neighbor_sample(
     `scratch` is `csc.scratch()` (left as -1 on return); edge ids are original ids (`perm`).
     """
     device = csc.device
+    _check_seeds(seeds, csc.num_nodes)
     seeds = seeds.to(device=device, dtype=torch.int64)
     b = seeds.numel()
     uniq, inv = torch.unique(seeds, return_inverse=True)
@@ -151,6 +152,21 @@ def neighbor_sample(
     scratch[node] = -1
     row, col = _cat(rows, device), _cat(cols, device)
     return node, row, col, csc.perm[_cat(epos, device)], nsn, nse
+
+
+def _check_seeds(seeds: Tensor, num_nodes: int) -> None:
+    """Integer ids in [0, num_nodes), refused in one line (checked where they are: on the host
+    for free; ids already on a GPU cost one read-back, where an out-of-range id would
+    otherwise end in a device-side assert)."""
+    if seeds.dtype.is_floating_point or seeds.dtype == torch.bool:
+        raise ValueError(f"seeds must hold integers (got dtype {seeds.dtype}); pass node indices")
+    if seeds.numel():
+        low, high = int(seeds.min()), int(seeds.max())
+        if low < 0 or high >= num_nodes:
+            raise ValueError(
+                f"seeds holds node ids in [{low}, {high}] but the CSC has {num_nodes} columns; "
+                "ids must lie in [0, num_nodes)"
+            )
 
 
 def _cat(chunks: list[Tensor], device: torch.device) -> Tensor:

@@ -55,6 +55,14 @@ def test_sample_is_valid_in_the_numba_layout(graph):
         assert bool((scratch == -1).all())  # left as found, ready for the next call
 
 
+def test_bad_seeds_are_refused_in_one_line(graph):
+    _, _, csc = graph
+    with pytest.raises(ValueError, match=r"seeds holds node ids in \[3, 400\] but the CSC has 400"):
+        torch_kernel.neighbor_sample(csc, torch.tensor([3, 400]), [2], 0, csc.scratch())
+    with pytest.raises(ValueError, match="seeds must hold integers"):
+        torch_kernel.neighbor_sample(csc, torch.tensor([1.0]), [2], 0, csc.scratch())
+
+
 def test_same_seed_same_sample_other_seed_another(graph):
     _, _, csc = graph
     seeds = torch.arange(20, 60)
@@ -163,6 +171,10 @@ def test_sampler_device_cuda_is_refused_where_it_cannot_serve():
     with pytest.raises(ConfigError, match=r"serves one-process jobs \(cluster.num_nodes=2"):
         validate(cfg)
     cfg.cluster.num_nodes, cfg.partition.num_parts = 1, 1
+    cfg.train.objective = "link"
+    with pytest.raises(ConfigError, match="samples node batches; train.objective=link samples"):
+        validate(cfg)
+    cfg.train.objective = "node"
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="sampler.device='cuda': CUDA is not available"):
             validate(cfg)
