@@ -106,7 +106,7 @@ def summarize(results: Iterable[StepResult]) -> dict[str, float]:
     scores: list[Tensor] = []
     labels: list[Tensor] = []
     for res in results:
-        correct += res.correct
+        correct += float(res.correct)  # evaluation reads per batch (its scores do too)
         total += res.count
         if res.scores is not None and res.labels is not None:
             scores.append(res.scores.detach().float().view(-1).cpu())
@@ -115,7 +115,7 @@ def summarize(results: Iterable[StepResult]) -> dict[str, float]:
             rr_sum += float(res.reciprocal_ranks.sum())
             rr_count += res.reciprocal_ranks.numel()
     correct, total, rr_sum, rr_count, has_scores = all_reduce(
-        [float(correct), total, rr_sum, rr_count, float(bool(scores))]
+        [correct, total, rr_sum, rr_count, float(bool(scores))]
     )
     out = {"acc": correct / total if total else float("nan")}
     if rr_count:
