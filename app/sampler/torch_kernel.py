@@ -89,7 +89,9 @@ def sample_hop(csc: TorchCSC, frontier: Tensor, k: int, seed: int) -> tuple[Tens
     if total == 0 or k == 0:
         empty = torch.empty(0, dtype=torch.int64, device=device)
         return empty, empty, torch.zeros_like(deg)
-    seg = torch.repeat_interleave(torch.arange(frontier.numel(), device=device), deg)
+    seg = torch.repeat_interleave(
+        torch.arange(frontier.numel(), device=device), deg, output_size=total
+    )
     pos = torch.arange(total, device=device) - (torch.cumsum(deg, 0) - deg)[seg]
     epos = start[seg] + pos
     if k > 0:
@@ -136,7 +138,8 @@ def neighbor_sample(
     count, frontier, begin = b, seeds, 0
     for hop, k in enumerate(num_neighbors):
         nbrs, ep, counts = sample_hop(csc, frontier, int(k), hop_seed(seed, hop))
-        cols.append(torch.repeat_interleave(torch.arange(begin, count, device=device), counts))
+        frontier_ids = torch.arange(begin, count, device=device)
+        cols.append(torch.repeat_interleave(frontier_ids, counts, output_size=nbrs.numel()))
         local = scratch[nbrs]
         unseen = local < 0
         new, rank = _first_seen(nbrs[unseen])
