@@ -33,6 +33,7 @@ class LocalSource(GraphSource):
         self.loaders: list[Any] = []  # local loaders hold no resources
         self._sampler: Any = None  # the node loaders' shared torch sampler (sampler.device)
         self._rows: dict[str, Any] | None = None  # ... and their device features
+        self._sampler_device: torch.device | None = None
 
     def schema(self) -> Schema:
         d = self.data
@@ -78,8 +79,14 @@ class LocalSource(GraphSource):
         return dict(replace=s.replace, subgraph_type=s.subgraph_type, disjoint=s.disjoint)
 
     def sampler_device(self) -> torch.device:
-        """Where the node loaders sample: `sampler.device`, auto resolved to the trainer's GPU
-        when it has one, the sample is one the torch twin draws and the CSC fits."""
+        """Where the node loaders sample: `sampler.device`, auto resolved (once: the free memory
+        it reads changes as loaders are made) to the trainer's GPU when it has one, the sample
+        is one the torch twin draws and the CSC fits."""
+        if self._sampler_device is None:
+            self._sampler_device = self._resolve_sampler_device()
+        return self._sampler_device
+
+    def _resolve_sampler_device(self) -> torch.device:
         s, d = self.cfg.sampler, self.data
         if s.device == "cpu" or self.device.type != "cuda":
             return torch.device("cpu")
