@@ -6,7 +6,10 @@ Workloads (products scale, batch 1024): `products_homo`'s fan-out [10, 5] with S
 the field's published one, fan-out [15, 10, 5] with SAGE 3x256 (PyG's and DGL's examples).
 
 1. Sampling alone, in this process: the numba kernel (one thread) and the torch sampler on the
-   GPU (`sampler.device=cuda`) draw the same 20 seed batches; sampled edges/s of each.
+   GPU (`sampler.device=cuda`) draw the same 20 seed batches; sampled edges/s of each. Then 20
+   GPU-sampled training steps per workload under `torch.profiler`: the GPU's busy share, the
+   host's waits for the device per step, and the operations taking the most GPU and CPU time
+   (where the remaining gap is).
 2. Per workload, two jobs of `python -m app +experiment=products_homo cluster.num_nodes=1
    dataset.num_nodes=NUM_NODES train.epochs=E mlflow.enabled=false train.device=cuda`: one with
    `sampler.device=cpu loader.num_workers=T` (T sampling threads), one with
@@ -40,6 +43,7 @@ WORKLOADS = {  # name -> (fan-out, job overrides)
         ["sampler.num_neighbors=[15,10,5]", "model.num_layers=3", "model.hidden_channels=256"],
     ),
 }
+PROFILE_STEPS = 20
 JOB_KEYS = ("epoch_time_s", "data_wait_frac", "sampled_edges_per_s", "eval_time_s", "test_acc")
 UNITS = {"sampled_edges_per_s": "edges/s", "epoch_time_s": "s", "eval_time_s": "s",
          "first_eval_time_s": "s", "job_wall_s": "s"}  # fmt: skip
@@ -158,6 +162,66 @@ def sampling_rates(data, fanout: list[int], batches: int = 20) -> tuple[float, f
     return rates[0], rates[1]
 
 
+def profile_summary(events, wall_s: float, top: int = 6) -> dict:
+    """From `torch.profiler`'s `key_averages()` of `wall_s` seconds of training: the share of
+    the wall the GPU's kernels took (`gpu_busy_frac`), the host's waits for the device
+    (synchronize calls and device-to-host copies, which stop the CPU from queueing ahead) and
+    the `top` operations by their own GPU time, then by their own CPU time."""
+    kernels = [e for e in events if e.device_type.name == "CUDA"]
+    busy = sum(e.self_device_time_total for e in kernels) / 1e6 / max(wall_s, 1e-9)
+    waits = sum(e.count for e in events if "Synchronize" in e.key or "DtoH" in e.key)
+    by_gpu = sorted(events, key=lambda e: e.self_device_time_total, reverse=True)
+    by_cpu = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)
+    return {
+        "gpu_busy_frac": busy,
+        "host_waits": waits,
+        "top_gpu": [
+            (e.key, e.self_device_time_total / 1e6)
+            for e in by_gpu[:top]
+            if e.self_device_time_total
+        ],
+        "top_cpu": [(e.key, e.self_cpu_time_total / 1e6) for e in by_cpu[:top]],
+    }
+
+
+def profile_steps(data, extra: list[str], nodes: int, steps: int = PROFILE_STEPS) -> dict:
+    """`steps` training steps of a GPU-sampled job built in this process (after 5 warm-up
+    steps) under `torch.profiler`; `profile_summary` of them plus their wall time."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from app.config import compose_config
+    from app.task.local import LocalSource
+    from app.task.node import NodeTask
+    from app.train.loop import train_epoch
+
+    cfg = compose_config(
+        [*_overrides(nodes, 1), "train.device=cuda", "sampler.device=cuda", *extra]
+    )
+    task = NodeTask(cfg, LocalSource(cfg, data))
+    args = (task.model, task.loaders["train"], task.optimizer, task.step)
+    train_epoch(*args, max_steps=5)
+    torch.cuda.synchronize()
+    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    with profile(activities=activities) as prof:
+        start = time.perf_counter()
+        train_epoch(*args, max_steps=steps)
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - start
+    del task
+    torch.cuda.empty_cache()
+    return {**profile_summary(prof.key_averages(), wall), "wall_s": wall}
+
+
+def _record_profile(scale: str, name: str, prof: dict) -> None:
+    record(BENCH, f"{scale}_{name}_profile_gpu_busy_frac", prof["gpu_busy_frac"], "")
+    waits = prof["host_waits"] / PROFILE_STEPS
+    record(BENCH, f"{scale}_{name}_profile_host_waits_per_step", waits, "")
+    for kind in ("top_gpu", "top_cpu"):
+        shown = ", ".join(f"{key} {secs * 1e3:.1f} ms" for key, secs in prof[kind])
+        print(f"{BENCH:<22} {name} {kind} over {PROFILE_STEPS} steps: {shown}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     import torch
 
@@ -176,6 +240,8 @@ def main(argv: list[str] | None = None) -> None:
         record(BENCH, f"{scale}_{name}_sampled_edges_per_s_cpu1", cpu, "edges/s")
         record(BENCH, f"{scale}_{name}_sampled_edges_per_s_gpu", gpu, "edges/s",
                "numba, 1 thread", gpu / cpu)  # fmt: skip
+    for name, (_, extra) in WORKLOADS.items():
+        _record_profile(scale, name, profile_steps(data, extra, nodes))
     del data
     for name, (_, extra) in WORKLOADS.items():
         cpu_fed = run_job([*extra, "sampler.device=cpu", f"loader.num_workers={threads}"],

@@ -3,7 +3,7 @@
 # whose python3 has torch but reaches no package registry (see ../shared/gpu/README.md).
 #
 #   where a registry is reachable, once:   bash bench/gpu_check.sh prepare
-#   on the device, from the checkout root: bash bench/gpu_check.sh [BENCH_GPU_ARGS...]
+#   on the device, from the checkout root: bash bench/gpu_check.sh [all|tests|bench] [BENCH_GPU_ARGS...]
 #
 # `prepare` downloads the wheels the device lacks (hydra-core, omegaconf, pymetis, antlr4) into
 # .gpu/ (git-ignored) by ../shared/gpu/prepare.sh's recipe, which works in a git worktree too,
@@ -12,8 +12,10 @@
 # (wheels into /tmp/site, versions and GPUs printed), runs both targets with that python3 in
 # place of the project's .venv, and, when $OUT is set, leaves there the whole log
 # (gpu_check.log), outputs/bench/results.json and the bench jobs' logs.
-# BENCH_GPU_ARGS go to `python -m bench.gpu` (e.g. `1000000 --epochs=2`; default: products
-# scale). Exit status: test-gpu's if it failed, else bench-gpu's.
+# `tests` or `bench` runs one target only (device time is short: split the check over two
+# calls if both do not fit one). BENCH_GPU_ARGS go to `python -m bench.gpu` (e.g. `1000000
+# --epochs=2`; default: products scale). Exit status: test-gpu's if it failed, else
+# bench-gpu's.
 set -u
 cd "$(dirname "$0")/.."
 
@@ -45,23 +47,29 @@ prepare() {
 }
 
 inside() {
-  local bin mk tests bench
+  local bin mk tests=0 bench=0 mode=all
+  case "${1:-}" in all|tests|bench) mode=$1; shift ;; esac
   bin=${TMPDIR:-/tmp}/distgnn-bin-$$
   mkdir -p "$bin" && touch "$bin/.installed"
+  trap 'rm -rf "$bin"' EXIT
   printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v python3)" > "$bin/python"
   chmod +x "$bin/python"
   mk=(make --no-print-directory "BIN=$bin" "STAMP=$bin/.installed")
-  "${mk[@]}" test-gpu
-  tests=$?
-  "${mk[@]}" bench-gpu "BENCH_GPU_ARGS=$*"
-  bench=$?
+  if [ "$mode" != bench ]; then
+    "${mk[@]}" test-gpu
+    tests=$?
+  fi
+  if [ "$mode" != tests ]; then
+    "${mk[@]}" bench-gpu "BENCH_GPU_ARGS=$*"
+    bench=$?
+  fi
   if [ -n "${OUT:-}" ]; then
     cp outputs/bench/results.json "$OUT/" 2>/dev/null
     for run in outputs/bench/gpu/run-*; do
       [ -d "$run" ] && mkdir -p "$OUT/${run##*/}" && cp "$run"/*.log "$OUT/${run##*/}/" 2>/dev/null
     done
   fi
-  echo "gpu_check: make test-gpu exit $tests, make bench-gpu exit $bench"
+  echo "gpu_check ($mode): make test-gpu exit $tests, make bench-gpu exit $bench"
   [ "$tests" -ne 0 ] && exit "$tests"
   exit "$bench"
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -43,3 +44,36 @@ def test_a_jobs_figures_come_from_its_last_epoch_and_the_gpu_samples_inside_it()
     }  # fmt: skip
     with pytest.raises(ValueError, match="no epoch lines"):
         gpu.job_figures("nothing here", samples)
+
+
+def event(key, device, self_gpu_us, self_cpu_us, count=1):
+    kind = SimpleNamespace(name=device)
+    return SimpleNamespace(
+        key=key, device_type=kind, self_device_time_total=self_gpu_us,
+        self_cpu_time_total=self_cpu_us, count=count,
+    )  # fmt: skip
+
+
+def test_a_profile_is_summarised_into_busy_share_host_waits_and_top_operations():
+    events = [
+        event("aten::mm", "CPU", 0, 300), event("sm90_gemm", "CUDA", 400_000, 0),
+        event("aten::sort", "CPU", 0, 100), event("radix_sort", "CUDA", 100_000, 0),
+        event("cudaStreamSynchronize", "CPU", 0, 50, count=7),
+        event("Memcpy DtoH (Device -> Pinned)", "CUDA", 1_000, 0, count=3),
+    ]  # fmt: skip
+    out = gpu.profile_summary(events, wall_s=1.0, top=2)
+    assert out["gpu_busy_frac"] == pytest.approx(0.501)
+    assert out["host_waits"] == 10
+    assert out["top_gpu"] == [("sm90_gemm", 0.4), ("radix_sort", 0.1)]
+    assert out["top_cpu"] == [("aten::mm", 0.0003), ("aten::sort", 0.0001)]
+
+
+def test_a_real_cpu_profile_has_the_fields_the_summary_reads():
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        a = torch.randn(64, 64)
+        (a @ a).sum()
+    out = gpu.profile_summary(prof.key_averages(), wall_s=0.1)
+    assert out["gpu_busy_frac"] == 0.0 and out["top_gpu"] == []
+    assert any(key == "aten::mm" for key, _ in out["top_cpu"])
