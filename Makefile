@@ -85,8 +85,8 @@ bench-products: install  ## opt-in: ogbn-products scale (2.45M nodes): partition
 	$(BIN)/python -m bench.partition --products
 	$(BIN)/python -m bench.products_job --repeat=3
 
-bench-gpu: install  ## opt-in, needs CUDA: products scale, 1 GPU trainer vs 1 CPU trainer side by side
-	$(BIN)/python -m bench.gpu
+bench-gpu: install  ## opt-in, needs CUDA: products scale, [10,5] 2x128 and [15,10,5] 3x256, CPU vs GPU sampler side by side (BENCH_GPU_ARGS: bench/gpu.py's)
+	$(BIN)/python -m bench.gpu $(BENCH_GPU_ARGS)
 
 ui: install  ## MLflow UI over the default store; prints http://127.0.0.1:5000 once it answers
 	$(BIN)/python -m app.tracking.ui serve --store $(CURDIR)/outputs/mlflow.db --port 5000

@@ -87,6 +87,11 @@ class SamplerConfig:
     time_attr: str | None = None
     temporal_strategy: str = "uniform"
     concurrency: int = 2  # batches in flight per trainer (bounded channel depth)
+    # Where a one-process job samples: cpu (numba kernel), cuda (the CSC on the trainer's GPU,
+    # torch ops; homogeneous, non-disjoint, non-temporal), auto (cuda when the trainer is on a
+    # GPU, the sample is one cuda handles and the CSC fits; else cpu). Jobs with sampler
+    # processes sample on the CPU.
+    device: str = "cpu"
     rpc_timeout_s: float = 60.0
     # Rows of remote (halo) node features cached per node (0: off): the halo nodes most reached
     # from this partition's in-edges, filled once at start, shared by the node's processes.
@@ -145,7 +150,11 @@ class TrainConfig:
     # one); auto: the same without the warning, for runs a supervisor restarts (torchrun
     # --max-restarts): the first start trains from 0, every restart continues.
     resume: bool | str = False
-    device: str = "cpu"  # cpu | cuda | auto (cuda when available); samplers stay on the CPU
+    device: str = "cpu"  # cpu | cuda | auto (cuda when available); samplers: sampler.device
+    # Device bytes for node features when the sampler runs on the GPU (sampler.device): all of
+    # them when they fit, else the highest-degree rows (the rest from pinned host memory).
+    # -1: what the card has free after the model (its weights x4) and a tenth for activations.
+    gpu_feature_bytes: int = -1
     eval_negatives: int = 20  # link eval: random destinations ranked against each positive
     # Metric that picks a sweep's best job (summaries, `python -m app report`); "": val_acc,
     # or val_auc for link objectives. Names containing "loss" or "time" are minimised.
@@ -310,6 +319,42 @@ def kernels_forced() -> str:
     return mode
 
 
+def _check_sampler_device(cfg: Config) -> None:
+    """`sampler.device=cuda` feeds a GPU trainer of a one-process job."""
+    if cfg.sampler.device != "cuda":
+        return
+    _require(
+        cfg.train.device != "cpu",
+        "sampler.device",
+        "cuda",
+        "samples on the trainer's GPU but train.device=cpu: set train.device=cuda",
+    )
+    _require(
+        cfg.cluster.num_nodes == 1 and cfg.cluster.procs_per_node == 1,
+        "sampler.device",
+        "cuda",
+        f"serves one-process jobs (cluster.num_nodes={cfg.cluster.num_nodes}, "
+        f"procs_per_node={cfg.cluster.procs_per_node}): use sampler.device=cpu",
+    )
+    _require(
+        cfg.train.objective == "node",
+        "sampler.device",
+        "cuda",
+        f"samples node batches; train.objective={cfg.train.objective} samples on the CPU: use "
+        "sampler.device=cpu",
+    )
+    if cfg.cluster.mode == "ssh" or cfg.task != "train":
+        return
+    import torch
+
+    _require(
+        torch.cuda.is_available(),
+        "sampler.device",
+        "cuda",
+        "CUDA is not available here; use cpu or auto",
+    )
+
+
 def _check_device(cfg: Config) -> None:
     """`train.device=cuda` needs CUDA here (trainers share GPUs when there are fewer than
     trainers: `app.placement`). Checked where the launcher runs (local and env modes); ssh
@@ -318,6 +363,7 @@ def _check_device(cfg: Config) -> None:
         raise ConfigError(
             f"{KERNELS_ENV}=numba runs CPU kernels only: unset it to train with train.device=cuda"
         )
+    _check_sampler_device(cfg)
     if cfg.train.device != "cuda" or cfg.cluster.mode == "ssh" or cfg.task != "train":
         return
     import torch
@@ -427,6 +473,7 @@ def validate(cfg: Config) -> Config:
     _choice("model.decoder", cfg.model.decoder, ("dot", "mlp"))
     _choice("train.sparse_optimizer", cfg.train.sparse_optimizer, ("adam", "adagrad"))
     _choice("train.device", cfg.train.device, TRAIN_DEVICES)
+    _choice("sampler.device", cfg.sampler.device, TRAIN_DEVICES)
     _choice("train.eval_mode", cfg.train.eval_mode, EVAL_MODES)
     _check_fanouts(cfg)
     _check_device(cfg)
@@ -461,6 +508,12 @@ def validate(cfg: Config) -> Config:
         "train.checkpoint_every_steps",
         cfg.train.checkpoint_every_steps,
         "must be >= 0 (0: checkpoint at the end of each epoch only)",
+    )
+    _require(
+        cfg.train.gpu_feature_bytes >= -1,
+        "train.gpu_feature_bytes",
+        cfg.train.gpu_feature_bytes,
+        "must be >= 0 bytes, or -1 for what fits after the model",
     )
     _require(
         cfg.loader.num_workers >= 0, "loader.num_workers", cfg.loader.num_workers, "must be >= 0"

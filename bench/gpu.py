@@ -1,14 +1,25 @@
-"""One GPU trainer vs one CPU trainer on the same machine, side by side (products scale).
+"""A GPU trainer fed by the CPU sampler and by the GPU sampler, side by side, on two workloads.
 
     python -m bench.gpu [NUM_NODES] [--epochs=2] [--threads=8]
 
-Runs `python -m app +experiment=products_homo cluster.num_nodes=1 dataset.num_nodes=NUM_NODES
-train.epochs=E mlflow.enabled=false` twice: `train.device=cuda loader.num_workers=T` (T
-sampling threads feed the GPU) and `train.device=cpu`, after generating the dataset once
-(not timed). From each run's epoch lines, the last epoch's time, data wait, evaluation time
-and test accuracy; for the GPU run, how busy the GPU was during the training epochs
-(`nvidia-smi` sampled every 100 ms, cut to each epoch by the epoch lines' timestamps).
-Needs CUDA; not part of `make bench`.
+Workloads (products scale, batch 1024): `products_homo`'s fan-out [10, 5] with SAGE 2x128, and
+the field's published one, fan-out [15, 10, 5] with SAGE 3x256 (PyG's and DGL's examples).
+
+1. Sampling alone, in this process: the numba kernel (one thread) and the torch sampler on the
+   GPU (`sampler.device=cuda`) draw the same 20 seed batches; sampled edges/s of each. Then 20
+   GPU-sampled training steps per workload under `torch.profiler`: the GPU's busy share, the
+   host's waits for the device per step, and the operations taking the most GPU and CPU time
+   (where the remaining gap is).
+2. Per workload, two jobs of `python -m app +experiment=products_homo cluster.num_nodes=1
+   dataset.num_nodes=NUM_NODES train.epochs=E mlflow.enabled=false train.device=cuda`: one with
+   `sampler.device=cpu loader.num_workers=T` (T sampling threads), one with
+   `sampler.device=cuda` (CSC and features on the GPU). From each job's epoch lines: the last
+   epoch's time, data wait, sampled edges/s (of the training epoch), later evaluation and test
+   accuracy, epoch 0's (first) evaluation, and how busy the GPU was in the last training
+   epoch (`nvidia-smi` every 100 ms, cut by the epoch lines' timestamps).
+
+The dataset is generated (or found) before any timing. Needs CUDA: without it, one line says
+so and nothing runs. Not part of `make bench`; `bench/gpu_check.sh` runs it on a device.
 """
 
 from __future__ import annotations
@@ -25,6 +36,21 @@ from bench.common import record
 BENCH = "gpu"
 ROOT = Path("outputs/bench/gpu")
 EPOCH_LINE = re.compile(r"\[([\d\- :,]+)\]\[distgnn\.train\]\[INFO\] - epoch (\d+): (.*)$")
+WORKLOADS = {  # name -> (fan-out, job overrides)
+    "f10_5_sage2x128": ([10, 5], []),
+    "f15_10_5_sage3x256": (
+        [15, 10, 5],
+        ["sampler.num_neighbors=[15,10,5]", "model.num_layers=3", "model.hidden_channels=256"],
+    ),
+}
+PROFILE_STEPS = 20
+JOB_KEYS = ("epoch_time_s", "data_wait_frac", "sampled_edges_per_s", "eval_time_s", "test_acc")
+UNITS = {"sampled_edges_per_s": "edges/s", "epoch_time_s": "s", "eval_time_s": "s",
+         "first_eval_time_s": "s", "job_wall_s": "s"}  # fmt: skip
+NEEDS_CUDA = (
+    "bench-gpu: skipped: needs CUDA (torch.cuda.is_available() is False here); "
+    "run bench/gpu_check.sh on a GPU machine"
+)
 
 
 def _args(argv: list[str]) -> tuple[int, int, int]:
@@ -43,7 +69,7 @@ def _overrides(nodes: int, epochs: int) -> list[str]:
     return [
         "+experiment=products_homo", "cluster.num_nodes=1", f"dataset.num_nodes={nodes}",
         f"train.epochs={epochs}", "mlflow.enabled=false", f"output_dir={ROOT}",
-        f"dataset.root={ROOT}/data",
+        f"dataset.root={ROOT}/data", "loader.batch_size=1024",
     ]  # fmt: skip
 
 
@@ -76,59 +102,156 @@ def _gpu_samples(text: str) -> list[tuple[datetime, float]]:
     return out
 
 
-def run(device: str, nodes: int, epochs: int, threads: int) -> dict[str, float]:
-    """One job; its last epoch's figures (plus the GPU's busy fraction on cuda)."""
-    extra = [f"train.device={device}", f"hydra.run.dir={ROOT}/run-{device}"]
-    if device == "cuda":
-        extra.append(f"loader.num_workers={threads}")
-    monitor = None
-    if device == "cuda":
-        monitor = subprocess.Popen(
-            ["nvidia-smi", "--query-gpu=timestamp,utilization.gpu", "--format=csv,noheader,nounits",
-             "-i", "0", "-lms", "100"],
-            stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
-    start = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "app", *_overrides(nodes, epochs), *extra],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    wall = time.perf_counter() - start
-    samples = []
-    if monitor is not None:
-        monitor.terminate()
-        samples = _gpu_samples(monitor.communicate()[0])
-    if proc.returncode != 0:
-        raise SystemExit(f"{device} job failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
-    lines = epochs_of(proc.stdout + proc.stderr)
+def job_figures(output: str, samples: list[tuple[datetime, float]]) -> dict[str, float]:
+    """The last epoch's figures, epoch 0's evaluation time and the GPU's busy fraction in the
+    last training epoch, from a job's output and `nvidia-smi` samples."""
+    lines = epochs_of(output)
+    if not lines:
+        raise ValueError("the job printed no epoch lines")
     when, last = lines[-1]
-    out = {k: last[k] for k in ("epoch_time_s", "data_wait_frac", "eval_time_s", "test_acc")}
+    out = {k: last[k] for k in JOB_KEYS}
     out["first_eval_time_s"] = lines[0][1]["eval_time_s"]
-    out["job_wall_s"] = wall
-    if samples:
-        train_end = when - timedelta(seconds=last["eval_time_s"])
-        train_start = train_end - timedelta(seconds=last["epoch_time_s"])
-        out["gpu_busy_frac"] = busy_fraction(samples, train_start, train_end)
+    train_end = when - timedelta(seconds=last["eval_time_s"])
+    train_start = train_end - timedelta(seconds=last["epoch_time_s"])
+    out["gpu_busy_frac"] = busy_fraction(samples, train_start, train_end)
     return out
 
 
+def run_job(extra: list[str], tag: str, nodes: int, epochs: int) -> dict[str, float]:
+    """One GPU job; its figures (see `job_figures`) and wall time."""
+    monitor = subprocess.Popen(
+        ["nvidia-smi", "--query-gpu=timestamp,utilization.gpu", "--format=csv,noheader,nounits",
+         "-i", "0", "-lms", "100"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "app", *_overrides(nodes, epochs), "train.device=cuda",
+         f"hydra.run.dir={ROOT}/run-{tag}", *extra],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    wall = time.perf_counter() - start
+    monitor.terminate()
+    samples = _gpu_samples(monitor.communicate()[0])
+    if proc.returncode != 0:
+        raise SystemExit(f"{tag} job failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+    return {**job_figures(proc.stdout + proc.stderr, samples), "job_wall_s": wall}
+
+
+def sampling_rates(data, fanout: list[int], batches: int = 20) -> tuple[float, float]:
+    """Sampled edges/s of the numba kernel (one thread) and of the torch sampler on the GPU,
+    over the same `batches` seed batches of 1024 (after one warm-up batch each)."""
+    import torch
+
+    from app.sampler.neighbor import NeighborSampler
+
+    gen = torch.Generator().manual_seed(0)
+    seeds = [torch.randint(0, data.num_nodes, (1024,), generator=gen) for _ in range(batches + 1)]
+    rates = []
+    for device in ("cpu", "cuda"):
+        sampler = NeighborSampler(data, fanout, seed=0, device=device)
+        sampler.sample(seeds[0], seed=0)
+        torch.cuda.synchronize()
+        start, edges = time.perf_counter(), 0
+        for i, s in enumerate(seeds[1:]):
+            edges += sampler.sample(s, seed=i + 1).row.numel()
+        torch.cuda.synchronize()
+        rates.append(edges / (time.perf_counter() - start))
+        del sampler
+        torch.cuda.empty_cache()
+    return rates[0], rates[1]
+
+
+def profile_summary(events, wall_s: float, top: int = 6) -> dict:
+    """From `torch.profiler`'s `key_averages()` of `wall_s` seconds of training: the share of
+    the wall the GPU's kernels took (`gpu_busy_frac`), the host's waits for the device
+    (synchronize calls and device-to-host copies, which stop the CPU from queueing ahead) and
+    the `top` operations by their own GPU time, then by their own CPU time."""
+    kernels = [e for e in events if e.device_type.name == "CUDA"]
+    busy = sum(e.self_device_time_total for e in kernels) / 1e6 / max(wall_s, 1e-9)
+    waits = sum(e.count for e in events if "Synchronize" in e.key or "DtoH" in e.key)
+    by_gpu = sorted(events, key=lambda e: e.self_device_time_total, reverse=True)
+    by_cpu = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)
+    return {
+        "gpu_busy_frac": busy,
+        "host_waits": waits,
+        "top_gpu": [
+            (e.key, e.self_device_time_total / 1e6)
+            for e in by_gpu[:top]
+            if e.self_device_time_total
+        ],
+        "top_cpu": [(e.key, e.self_cpu_time_total / 1e6) for e in by_cpu[:top]],
+    }
+
+
+def profile_steps(data, extra: list[str], nodes: int, steps: int = PROFILE_STEPS) -> dict:
+    """`steps` training steps of a GPU-sampled job built in this process (after 5 warm-up
+    steps) under `torch.profiler`; `profile_summary` of them plus their wall time."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from app.config import compose_config
+    from app.task.local import LocalSource
+    from app.task.node import NodeTask
+    from app.train.loop import train_epoch
+
+    cfg = compose_config(
+        [*_overrides(nodes, 1), "train.device=cuda", "sampler.device=cuda", *extra]
+    )
+    task = NodeTask(cfg, LocalSource(cfg, data))
+    args = (task.model, task.loaders["train"], task.optimizer, task.step)
+    train_epoch(*args, max_steps=5)
+    torch.cuda.synchronize()
+    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    with profile(activities=activities) as prof:
+        start = time.perf_counter()
+        train_epoch(*args, max_steps=steps)
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - start
+    del task
+    torch.cuda.empty_cache()
+    return {**profile_summary(prof.key_averages(), wall), "wall_s": wall}
+
+
+def _record_profile(scale: str, name: str, prof: dict) -> None:
+    record(BENCH, f"{scale}_{name}_profile_gpu_busy_frac", prof["gpu_busy_frac"], "")
+    waits = prof["host_waits"] / PROFILE_STEPS
+    record(BENCH, f"{scale}_{name}_profile_host_waits_per_step", waits, "")
+    for kind in ("top_gpu", "top_cpu"):
+        shown = ", ".join(f"{key} {secs * 1e3:.1f} ms" for key, secs in prof[kind])
+        print(f"{BENCH:<22} {name} {kind} over {PROFILE_STEPS} steps: {shown}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        print(NEEDS_CUDA, flush=True)
+        return
     nodes, epochs, threads = _args(sys.argv[1:] if argv is None else argv)
     from app.config import compose_config
     from app.dataset import load_dataset
 
-    cfg = compose_config(_overrides(nodes, epochs))
-    load_dataset(cfg.dataset, cfg.seed)  # generated (or found) before timing
-    gpu = run("cuda", nodes, epochs, threads)
-    cpu = run("cpu", nodes, epochs, threads)
+    torch.set_num_threads(1)
+    data = load_dataset(compose_config(_overrides(nodes, epochs)).dataset, 0)  # before timing
     scale = f"{nodes}n"
-    for key, unit in (("epoch_time_s", "s"), ("eval_time_s", "s"), ("first_eval_time_s", "s")):
-        record(BENCH, f"{scale}_gpu_{key}", gpu[key], unit, f"cpu {cpu[key]:.3f} s",
-               gpu[key] / cpu[key])  # fmt: skip
-    for key in ("data_wait_frac", "test_acc"):
-        record(BENCH, f"{scale}_gpu_{key}", gpu[key], "", f"cpu {cpu[key]:.4f}")
-    record(BENCH, f"{scale}_gpu_busy_frac", gpu.get("gpu_busy_frac", float("nan")), "")
-    record(BENCH, f"{scale}_job_wall_s", gpu["job_wall_s"], "s", f"cpu {cpu['job_wall_s']:.1f} s")
+    for name, (fanout, _) in WORKLOADS.items():
+        cpu, gpu = sampling_rates(data, fanout)
+        record(BENCH, f"{scale}_{name}_sampled_edges_per_s_cpu1", cpu, "edges/s")
+        record(BENCH, f"{scale}_{name}_sampled_edges_per_s_gpu", gpu, "edges/s",
+               "numba, 1 thread", gpu / cpu)  # fmt: skip
+    for name, (_, extra) in WORKLOADS.items():
+        _record_profile(scale, name, profile_steps(data, extra, nodes))
+    del data
+    for name, (_, extra) in WORKLOADS.items():
+        cpu_fed = run_job([*extra, "sampler.device=cpu", f"loader.num_workers={threads}"],
+                          f"{name}-cpu-sampler", nodes, epochs)  # fmt: skip
+        gpu_fed = run_job([*extra, "sampler.device=cuda"], f"{name}-gpu-sampler", nodes, epochs)
+        for key, value in gpu_fed.items():
+            ref, unit = cpu_fed[key], UNITS.get(key, "")
+            ratio = value / ref if unit and ref else None
+            metric = f"{scale}_{name}_gpu_sampler_{key}"
+            record(BENCH, metric, value, unit, f"cpu sampler {ref:.4g}", ratio)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 
+from app.loader.device_features import DeviceFeatures
+
 LinkMode = Literal["binary", "triplet"] | None
 Attrs = dict[str, Tensor]
 
@@ -133,26 +135,29 @@ def to_hetero_data(
 class LocalGather:
     """Gathers every node-level and edge-level attribute of an in-memory graph for a sample.
 
+    `features` (homogeneous graphs) serve the named node attributes from a device copy or
+    cache (`DeviceFeatures`) instead of the graph.
+
     Attribute names are resolved once at construction (per node/edge type for HeteroData), so a
     batch costs one `index_select` per attribute.
     """
 
-    def __init__(self, data: Data | HeteroData) -> None:
-        self.data = data
+    def __init__(self, data: Data | HeteroData, features: dict[str, DeviceFeatures] | None = None):
+        self.data, self.features = data, features or {}
         self.hetero = isinstance(data, HeteroData)
         if self.hetero:
             self.node_keys = {s._key: _keys(s, node=True) for s in data.node_stores}
             self.edge_keys = {s._key: _keys(s, node=False) for s in data.edge_stores}
         else:
-            self.node_keys = _keys(data._store, node=True)
+            self.node_keys = [k for k in _keys(data._store, node=True) if k not in self.features]
             self.edge_keys = _keys(data._store, node=False)
 
     def __call__(self, out: SamplerOutput | HeteroSamplerOutput) -> tuple[dict, dict]:
         """(node_attrs, edge_attrs) ready for `to_data` / `to_hetero_data`."""
         if not self.hetero:
-            return _take(self.data, self.node_keys, out.node), _take(
-                self.data, self.edge_keys, out.edge
-            )
+            nodes = _take(self.data, self.node_keys, out.node)
+            nodes.update({key: rows(out.node) for key, rows in self.features.items()})
+            return nodes, _take(self.data, self.edge_keys, out.edge)
         nodes = {
             nt: _take(self.data[nt], keys, out.node.get(nt)) for nt, keys in self.node_keys.items()
         }
@@ -185,4 +190,5 @@ def _keys(store, node: bool) -> list[str]:
 def _take(store, keys: list[str], index: Tensor | None) -> Attrs:
     if index is None:
         return {}
-    return {key: store[key].index_select(0, index) for key in keys}
+    # a GPU sampler's ids gather from host-held attributes on the host
+    return {key: store[key].index_select(0, index.to(store[key].device)) for key in keys}

@@ -7,7 +7,8 @@ as `app.distributed.loader`, so both loaders cut and seed the same batches.
 
 `threads=n` samples up to `2n` batches ahead in `n` threads (the kernels and gathers release
 the GIL), still yielding them in order: what feeds a GPU trainer while it computes. A batch
-depends on its seed only, so the batches are the same whatever `threads` is.
+depends on its seed only, so the batches are the same whatever `threads` is. `features` serve
+node attributes from a device copy or cache (`DeviceFeatures`; its hit rate is logged per epoch).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from torch_geometric.data import Data, HeteroData
 from torch_geometric.sampler import NodeSamplerInput
 
 from app.loader.batch import LocalGather
+from app.loader.device_features import DeviceFeatures
 from app.sampler.kernel import derive_seed
 from app.sampler.neighbor import NeighborSampler
 
@@ -114,6 +116,7 @@ class NeighborLoader:
         sampler: NeighborSampler | None = None,
         threads: int = 0,
         pin_memory: bool = False,
+        features: dict[str, DeviceFeatures] | None = None,
     ) -> None:
         self.data, self.threads, self.pin_memory = data, int(threads), pin_memory
         self.sampler = sampler or NeighborSampler(
@@ -136,7 +139,7 @@ class NeighborLoader:
             )
         self.input_time = input_time
         self.batches = EpochBatches(self.nodes.numel(), batch_size, shuffle, drop_last, seed)
-        self.gather = LocalGather(data)
+        self.gather = LocalGather(data, features)
         self.epoch = 0
 
     def __len__(self) -> int:
@@ -152,6 +155,8 @@ class NeighborLoader:
             yield from (self._batch(*job) for job in jobs)
         else:
             yield from in_threads(self._batch, jobs, self.threads)
+        for key, rows in self.gather.features.items():
+            rows.log_hit_rate(f"epoch {epoch}: {key} cache")
 
     def _batch(self, index: Tensor, seed: int) -> Data | HeteroData:
         batch = self.collate(index, seed)

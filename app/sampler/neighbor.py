@@ -32,6 +32,7 @@ from torch_geometric.sampler import (
     SamplerOutput,
 )
 
+from app.config import kernels_forced
 from app.sampler.csc import as_index_array, to_csc
 from app.sampler.kernel import (
     STRATEGIES,
@@ -43,6 +44,8 @@ from app.sampler.kernel import (
     sample_hop,
     warmup,
 )
+from app.sampler.torch_kernel import TorchCSC
+from app.sampler.torch_kernel import neighbor_sample as torch_neighbor_sample
 
 EdgeType = tuple[str, str, str]
 HopFn = Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray]]
@@ -312,6 +315,12 @@ class NeighborSampler(BaseSampler):
 
     Every call draws with its own seed: `seed=` when given (loaders pass one per batch, so an
     epoch is reproducible), else `derive_seed(self.seed, call number)`.
+
+    `device` is where the CSC lives and sampling runs (one entry, a kernel per device, as
+    `app.model.ops`): in host memory the numba kernel, on a GPU the torch twin
+    (`torch_kernel`), whose outputs stay on that device. `DISTGNN_KERNELS=torch` sends a CPU
+    sampler to the torch twin too, where it applies (homogeneous, not disjoint, not temporal,
+    not induced; other samples keep the numba kernel, and a GPU sampler refuses them).
     """
 
     def __init__(
@@ -324,6 +333,7 @@ class NeighborSampler(BaseSampler):
         time_attr: str | None = None,
         temporal_strategy: str = "uniform",
         seed: int = 0,
+        device: str | torch.device = "cpu",
     ) -> None:
         _check_options(subgraph_type, temporal_strategy, disjoint, time_attr)
         self.replace, self.subgraph_type = bool(replace), subgraph_type
@@ -337,9 +347,23 @@ class NeighborSampler(BaseSampler):
             self._init_homo(data, num_neighbors)
         else:
             raise ValueError(f"data must be Data or HeteroData (got {type(data).__name__})")
+        self.tensors = self._on_device(torch.device(device))
         self._calls = itertools.count()
         self._local = threading.local()
         warmup()
+
+    def _on_device(self, device: torch.device) -> TorchCSC | None:
+        """The CSC as tensors on `device` when the torch twin samples (see the class doc)."""
+        torch_ok = not (self.is_hetero or self.disjoint or self.subgraph_type == "induced")
+        if device.type == "cpu" and (kernels_forced() != "torch" or not torch_ok):
+            return None
+        if not torch_ok:
+            kind = "HeteroData" if self.is_hetero else "disjoint/temporal/induced sampling"
+            raise ValueError(
+                f"sampling on {device} handles homogeneous, non-disjoint, non-temporal, "
+                f"non-induced samples; {kind} needs sampler.device=cpu"
+            )
+        return TorchCSC.from_numpy(self.colptr, self.row, self.perm, device)
 
     def _init_homo(self, data: Data, num_neighbors) -> None:
         if not isinstance(num_neighbors, (list, tuple)):
@@ -412,6 +436,8 @@ class NeighborSampler(BaseSampler):
         return self._finish(out)
 
     def _sample_homo(self, seeds, seed_time, seed: int) -> SamplerOutput:
+        if self.tensors is not None:
+            return self._sample_torch(self.tensors, seeds, seed)
         node, rl, cl, eids, nsn, nse, batch = neighbor_sample(
             self.colptr,
             self.row,
@@ -431,6 +457,16 @@ class NeighborSampler(BaseSampler):
             batch=None if batch is None else _t(batch),
             num_sampled_nodes=nsn, num_sampled_edges=nse,
         )  # fmt: skip
+
+    def _sample_torch(self, csc: TorchCSC, seeds, seed: int) -> SamplerOutput:
+        scratch = getattr(self._local, "tensor_map", None)
+        if scratch is None:
+            scratch = self._local.tensor_map = csc.scratch()
+        seeds = torch.as_tensor(seeds)
+        node, rl, cl, eids, nsn, nse = torch_neighbor_sample(
+            csc, seeds, self.num_neighbors, seed, scratch
+        )
+        return SamplerOutput(node, rl, cl, eids, num_sampled_nodes=nsn, num_sampled_edges=nse)
 
     def _finish(self, out):
         if self.subgraph_type == "bidirectional":

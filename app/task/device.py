@@ -39,8 +39,8 @@ class DeviceLoader:
     def _copy(self, batch: Any) -> Any:
         if batch is None or self.stream is None:
             return batch
-        with torch.cuda.stream(self.stream):
-            return batch.pin_memory().to(self.device, non_blocking=True)
+        with torch.cuda.stream(self.stream):  # a GPU sampler's tensors are there already
+            return batch.apply(_pinned).to(self.device, non_blocking=True)
 
     def __iter__(self) -> Iterator[Any]:
         if self.stream is None:
@@ -54,3 +54,7 @@ class DeviceLoader:
             current.record_stream(torch.cuda.current_stream(self.device))
             ahead = self._copy(next(batches, None))  # sampled + copied while `current` runs
             yield current
+
+
+def _pinned(t: torch.Tensor) -> torch.Tensor:
+    return t.pin_memory() if t.device.type == "cpu" else t

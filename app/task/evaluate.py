@@ -106,7 +106,7 @@ def summarize(results: Iterable[StepResult]) -> dict[str, float]:
     scores: list[Tensor] = []
     labels: list[Tensor] = []
     for res in results:
-        correct += res.correct
+        correct += float(res.correct)  # evaluation reads per batch (its scores do too)
         total += res.count
         if res.scores is not None and res.labels is not None:
             scores.append(res.scores.detach().float().view(-1).cpu())

@@ -111,7 +111,7 @@ def link_step(model: nn.Module, batch: Any) -> StepResult:
     eli, label = edge_store.edge_label_index, edge_store.edge_label.float()
     _, _, scores = model(batch, (eli[0], eli[1]))
     loss = F.binary_cross_entropy_with_logits(scores, label)
-    correct = float(((scores > 0).float() == label).sum())
+    correct = ((scores > 0).float() == label).sum()
     return StepResult(loss, correct, label.numel(), edges, scores.detach(), label.detach())
 
 
@@ -123,7 +123,7 @@ def _triplet(pos: Tensor, neg: Tensor, edges: int) -> StepResult:
         torch.cat([pos, neg.reshape(-1)]), torch.cat([ones, zeros.reshape(-1)])
     )
     rr = 1.0 / (1 + (neg >= pos[:, None]).sum(dim=1)).to(torch.float64)
-    correct = float((neg < pos[:, None]).all(dim=1).sum())
+    correct = (neg < pos[:, None]).all(dim=1).sum()
     scores = torch.cat([pos, neg[:, 0]]).detach()
     labels = torch.cat([ones, zeros[:, 0]]).long()
     return StepResult(loss, correct, pos.numel(), edges, scores, labels, rr.detach())

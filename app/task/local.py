@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import Any
 
@@ -9,11 +10,13 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
-from app.config import Config
+from app.config import Config, kernels_forced
 from app.dataset.link_split import link_split, link_type
 from app.placement import resolve_device
 from app.task.source import EdgeType, GraphSource, Schema, eval_cap
 from app.task.tables import LocalTables, Tables
+
+log = logging.getLogger("distgnn.train")
 
 
 def _max_label(y: Tensor | None) -> int:
@@ -28,6 +31,9 @@ class LocalSource(GraphSource):
         self.device = resolve_device(cfg.train.device)
         self._links: tuple[Data | HeteroData, dict[str, Tensor]] | None = None
         self.loaders: list[Any] = []  # local loaders hold no resources
+        self._sampler: Any = None  # the node loaders' shared torch sampler (sampler.device)
+        self._rows: dict[str, Any] | None = None  # ... and their device features
+        self._sampler_device: torch.device | None = None
 
     def schema(self) -> Schema:
         d = self.data
@@ -72,6 +78,60 @@ class LocalSource(GraphSource):
         s = self.cfg.sampler
         return dict(replace=s.replace, subgraph_type=s.subgraph_type, disjoint=s.disjoint)
 
+    def sampler_device(self) -> torch.device:
+        """Where the node loaders sample: `sampler.device`, auto resolved (once: the free memory
+        it reads changes as loaders are made) to the trainer's GPU when it has one, the sample
+        is one the torch twin draws and the CSC fits."""
+        if self._sampler_device is None:
+            self._sampler_device = self._resolve_sampler_device()
+        return self._sampler_device
+
+    def _resolve_sampler_device(self) -> torch.device:
+        s, d = self.cfg.sampler, self.data
+        if s.device == "cpu" or self.device.type != "cuda":
+            return torch.device("cpu")
+        if s.device == "cuda":
+            return self.device
+        from app.sampler.torch_kernel import fits
+
+        plain = not (isinstance(d, HeteroData) or s.disjoint or s.time_attr)
+        if plain and s.subgraph_type != "induced" and fits(self.device, d.num_nodes, d.num_edges):
+            return self.device
+        return torch.device("cpu")
+
+    def _torch_sampler(self) -> Any:
+        """One sampler for every split (one CSC on the device) when the torch twin samples:
+        on the trainer's GPU, or on the CPU under DISTGNN_KERNELS=torch; else None."""
+        device = self.sampler_device()
+        if device.type == "cpu" and kernels_forced() != "torch":
+            return None
+        if self._sampler is None:
+            from app.sampler import NeighborSampler
+
+            s = self.cfg.sampler
+            self._sampler = NeighborSampler(
+                self.data, s.num_neighbors, **self._sampling(), time_attr=s.time_attr,
+                temporal_strategy=s.temporal_strategy, seed=self.cfg.seed, device=device,
+            )  # fmt: skip
+        return self._sampler if self._sampler.tensors is not None else None
+
+    def _features(self, device: torch.device) -> dict[str, Any]:
+        """`x` (within `train.gpu_feature_bytes`, hottest rows first) and `y` for batches built
+        on `device`, made once for every split (after the model is there: the auto budget
+        measures it)."""
+        if self._rows is None:
+            from app.loader.device_features import DeviceFeatures, auto_budget
+
+            d, budget = self.data, self.cfg.train.gpu_feature_bytes
+            budget = auto_budget(device) if budget < 0 else budget
+            degree = torch.bincount(d.edge_index[0], minlength=d.num_nodes)
+            self._rows = {"x": DeviceFeatures(d.x, device, budget, degree)}
+            if d.get("y") is not None:
+                self._rows["y"] = DeviceFeatures(d.y, device, 1 << 62)
+            x = self._rows["x"]
+            log.info("features: %d of %d rows on %s", x.cached_rows, x.num_rows, device)
+        return self._rows
+
     def node_loader(self, split: str, seeds: Tensor, node_type: str | None) -> Iterable:
         from app.loader import NeighborLoader
 
@@ -85,12 +145,21 @@ class LocalSource(GraphSource):
             **self._sampling(),
             **self.batch_args(split),
             **self._feeding(),
+            **self._on_device(),
         )
+
+    def _on_device(self) -> dict[str, Any]:
+        """The torch sampler and the device features, when the torch twin samples."""
+        sampler = self._torch_sampler()
+        if sampler is None:
+            return {}
+        return dict(sampler=sampler, features=self._features(sampler.tensors.device))
 
     def _feeding(self) -> dict[str, Any]:
         """A GPU trainer's batches are sampled ahead in `loader.num_workers` threads and pinned
-        there; a CPU trainer samples in its own thread (its cores are the trainer's)."""
-        gpu = self.device.type == "cuda"
+        there; a CPU trainer samples in its own thread (its cores are the trainer's), and so
+        does a GPU sampler (its kernels queue on the trainer's stream)."""
+        gpu = self.device.type == "cuda" and self.sampler_device().type == "cpu"
         return dict(threads=self.cfg.loader.num_workers if gpu else 0, pin_memory=gpu)
 
     def link_loader(

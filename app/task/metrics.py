@@ -32,8 +32,10 @@ def all_reduce(values: list[float], op: str = "sum") -> list[float]:
 class EpochStats:
     """Sums over one training epoch (over all ranks after `reduced`)."""
 
-    loss_sum: float = 0.0  # sum over batches of loss * seeds
-    correct: float = 0.0  # correct predictions on seed nodes (or positive/negative labels)
+    # sum over batches of loss * seeds, and correct predictions on seed nodes (or on
+    # positive/negative labels): 0-dim device tensors during an epoch until `settle`
+    loss_sum: float | Tensor = 0.0
+    correct: float | Tensor = 0.0
     seeds: float = 0.0  # seed nodes (or labelled edges) trained on
     sampled_edges: float = 0.0  # edges in the sampled subgraphs
     steps: float = 0.0
@@ -41,15 +43,26 @@ class EpochStats:
     compute_s: float = 0.0  # forward + backward + optimizer step
     wall_s: float = 0.0  # epoch wall time (MAX over ranks)
 
-    def add(self, loss: float, correct: float, seeds: int, edges: int) -> None:
-        self.loss_sum += loss * seeds
-        self.correct += correct
+    def add(self, loss: float | Tensor, correct: float | Tensor, seeds: int, edges: int) -> None:
+        """Count one step. `loss` and `correct` may be 0-dim tensors on the trainer's device:
+        their sums then stay there (float64) until `settle`, so a step waits on no GPU work."""
+        if isinstance(loss, Tensor):
+            loss = loss.double()
+        if isinstance(correct, Tensor):
+            correct = correct.double()
+        self.loss_sum = self.loss_sum + loss * seeds
+        self.correct = self.correct + correct
         self.seeds += seeds
         self.sampled_edges += edges
         self.steps += 1
 
+    def settle(self) -> None:
+        """Read sums kept on a device into floats (the one host sync of an epoch's metrics)."""
+        self.loss_sum, self.correct = float(self.loss_sum), float(self.correct)
+
     def reduced(self) -> EpochStats:
         """Job-wide stats: every field summed over ranks except the wall time (max)."""
+        self.settle()
         names = [f.name for f in fields(self) if f.name != "wall_s"]
         sums = all_reduce([getattr(self, n) for n in names])
         (wall,) = all_reduce([self.wall_s], op="max")
@@ -57,11 +70,11 @@ class EpochStats:
 
     @property
     def loss(self) -> float:
-        return self.loss_sum / max(self.seeds, 1)
+        return float(self.loss_sum) / max(self.seeds, 1)
 
     @property
     def accuracy(self) -> float:
-        return self.correct / max(self.seeds, 1)
+        return float(self.correct) / max(self.seeds, 1)
 
     def as_metrics(self) -> dict[str, float]:
         """The per-epoch training metrics logged to the tracker."""
@@ -78,6 +91,7 @@ class EpochStats:
         }
 
     def to_dict(self) -> dict[str, float]:
+        self.settle()
         return asdict(self)
 
 

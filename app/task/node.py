@@ -59,4 +59,4 @@ def hetero_node_step(model: nn.Module, batch: Any, target: str) -> StepResult:
 
 def _result(out: Tensor, y: Tensor, edges: int) -> StepResult:
     loss = F.cross_entropy(out, y)
-    return StepResult(loss, float((out.argmax(dim=-1) == y).sum()), out.size(0), edges)
+    return StepResult(loss, (out.argmax(dim=-1) == y).sum(), out.size(0), edges)

@@ -11,7 +11,9 @@ from torch import Tensor, nn
 @dataclass
 class StepResult:
     loss: Tensor  # mean loss of the batch (requires grad in training)
-    correct: float  # correct predictions among `count`
+    # correct predictions among `count`: a 0-dim tensor on the batch's device, summed there
+    # and read once per epoch (no host sync per step)
+    correct: Tensor | float
     count: int  # seed nodes (or labelled edges) in the batch
     edges: int  # sampled edges in the batch
     scores: Tensor | None = None  # link objectives: scores of labelled edges (for AUC)

@@ -130,7 +130,7 @@ def train_epoch(
             res = objective(model, batch)
             res.loss.backward()
             optimizer.step()
-            stats.add(float(res.loss.detach()), res.correct, res.count, res.edges)
+            stats.add(res.loss.detach(), res.correct, res.count, res.edges)  # summed on the device
             stats.data_wait_s += t1 - t0
             stats.compute_s += time.perf_counter() - t1
             rates(stats, start)

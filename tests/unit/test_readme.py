@@ -106,7 +106,8 @@ def check_app(args: list[str]) -> None:
     check_overrides(args)
     overrides = [a for a in args if "=" in a and not a.startswith(("-", "hydra."))]
     if not torch.cuda.is_available():  # the same config, checked here as `auto` would run it
-        overrides = [a.replace("train.device=cuda", "train.device=auto") for a in overrides]
+        cuda = ("train.device=cuda", "sampler.device=cuda")
+        overrides = [a.replace("=cuda", "=auto") if a in cuda else a for a in overrides]
     jobs = sweep_jobs(overrides) if {"-m", "--multirun"} & set(args) else [overrides]
     for job in jobs:
         compose_once(tuple(job))

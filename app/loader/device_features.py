@@ -1,0 +1,99 @@
+"""`DeviceFeatures`: a node attribute held for a trainer's device, whole or as a hot-row cache.
+
+A GPU sampler's batches are built on the GPU, so their features should be there too. When the
+whole attribute fits the byte budget (`train.gpu_feature_bytes`) it is copied to the device once
+and a batch is one `index_select` there. Otherwise the rows of the nodes a sampler reaches most
+(the highest degree: a node is drawn as a neighbour once per out-edge) are cached on the device
+and the rest gathered from host memory (pinned where CUDA exists, so the copy is asynchronous);
+hits and misses are counted on the device and read only when the hit rate is asked for.
+On the CPU the "device" is the host and the same code runs, which is how it is tested.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from torch import Tensor
+
+log = logging.getLogger("distgnn.train")
+
+
+class DeviceFeatures:
+    """Rows of `values` [N, ...] for ids on `device`, within `budget` bytes of device memory."""
+
+    def __init__(
+        self, values: Tensor, device: torch.device, budget: int, degree: Tensor | None = None
+    ) -> None:
+        if budget < 0:
+            raise ValueError(f"feature budget must be >= 0 bytes (got {budget})")
+        n = values.size(0)
+        row_bytes = max(1, values[:1].numel() * values.element_size())
+        self.device, self.num_rows = device, n
+        self.cached_rows = n if n * row_bytes <= budget else int(budget // row_bytes)
+        self.slot: Tensor | None = None  # node id → its cache row, -1 on the host (partial only)
+        if self.cached_rows == n:
+            self.cache, self.host = values.to(device), values
+        else:
+            if degree is None or degree.numel() != n:
+                raise ValueError(f"a partial cache of {n} rows needs a degree per row")
+            hot = torch.argsort(degree, descending=True, stable=True)[: self.cached_rows]
+            self.slot = torch.full((n,), -1, dtype=torch.int64, device=device)
+            self.slot[hot.to(device)] = torch.arange(self.cached_rows, device=device)
+            self.cache = values[hot].to(device)
+            cuda = device.type == "cuda"
+            self.host = values.pin_memory() if cuda and not values.is_pinned() else values
+        self._hits = torch.zeros((), dtype=torch.int64, device=device)
+        self._rows = torch.zeros((), dtype=torch.int64, device=device)
+
+    @property
+    def whole(self) -> bool:
+        """Whether every row is on the device (no host gathers)."""
+        return self.slot is None
+
+    def __call__(self, index: Tensor) -> Tensor:
+        """`values[index]` on the device (`index` on any device)."""
+        index = index.to(self.device, non_blocking=True)
+        self._rows += index.numel()
+        if self.slot is None:
+            self._hits += index.numel()
+            return self.cache.index_select(0, index)
+        slot = self.slot[index]
+        hit = slot >= 0
+        self._hits += hit.sum()
+        out = torch.empty((index.numel(), *self.cache.shape[1:]), dtype=self.cache.dtype,
+                          device=self.device)  # fmt: skip
+        out[hit] = self.cache.index_select(0, slot[hit])
+        miss = (~hit).nonzero().view(-1)
+        rows = self.host.index_select(0, index[miss].cpu())  # the host's part: one sync
+        if self.device.type == "cuda":
+            rows = rows.pin_memory()
+        out[miss] = rows.to(self.device, non_blocking=True)
+        return out
+
+    def hit_rate(self, reset: bool = True) -> float:
+        """Rows served from the device / rows asked for since the last reset (1.0 if none)."""
+        rows, hits = int(self._rows), int(self._hits)
+        if reset:
+            self._rows.zero_()
+            self._hits.zero_()
+        return hits / rows if rows else 1.0
+
+    def log_hit_rate(self, what: str) -> None:
+        """Log (and reset) the hit rate of a partial cache; a whole copy always hits."""
+        if self.slot is not None:
+            log.info(
+                "%s: %d of %d rows on %s, hit rate %.3f",
+                what, self.cached_rows, self.num_rows, self.device, self.hit_rate(),
+            )  # fmt: skip
+
+
+def auto_budget(device: torch.device, reserve_factor: int = 4) -> int:
+    """Device bytes left for features: the free memory less `reserve_factor` times what is
+    allocated now (the model's weights, measured once it is there: weights, gradients and two
+    Adam moments) and a tenth of the card for the batches' activations. The CPU: unbounded."""
+    if device.type != "cuda":
+        return 1 << 62
+    free, total = torch.cuda.mem_get_info(device)
+    used = torch.cuda.memory_allocated(device)
+    return max(0, free - reserve_factor * used - total // 10)

@@ -1,0 +1,106 @@
+"""`DeviceFeatures` (a GPU feature copy or hot-row cache) on the CPU: gathered rows equal the
+uncached rows, the hottest rows are the cached ones, and the hit rate counts a known pattern."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from app.config import KERNELS_ENV, Config, DatasetConfig, ModelConfig, validate
+from app.loader.device_features import DeviceFeatures, auto_budget
+from app.task.local import LocalSource
+from tests.helpers.toy import toy_graph
+
+CPU = torch.device("cpu")
+N, F = 100, 6
+
+
+@pytest.fixture
+def x():
+    return torch.randn(N, F)
+
+
+def row_bytes(x: torch.Tensor) -> int:
+    return x[:1].numel() * x.element_size()
+
+
+def test_whole_copy_when_it_fits(x):
+    rows = DeviceFeatures(x, CPU, N * row_bytes(x))
+    assert rows.whole and rows.cached_rows == N
+    idx = torch.tensor([3, 99, 3, 0])
+    assert torch.equal(rows(idx), x[idx])
+    assert rows.hit_rate() == 1.0
+
+
+def test_partial_cache_holds_the_hottest_rows_and_counts_hits(x):
+    degree = torch.arange(N)  # node 99 the hottest
+    rows = DeviceFeatures(x, CPU, 10 * row_bytes(x) + 5, degree)
+    assert not rows.whole and rows.cached_rows == 10
+    assert torch.equal(rows.cache, x[torch.arange(99, 89, -1)])
+    idx = torch.tensor([95, 5, 99, 0, 91])  # 3 hot, 2 from the host
+    assert torch.equal(rows(idx), x[idx])
+    assert rows.hit_rate() == pytest.approx(3 / 5)
+    assert rows.hit_rate() == 1.0  # reset: nothing asked since
+    rows(torch.tensor([90, 90])), rows(torch.tensor([89, 1, 2, 50]))
+    assert rows.hit_rate(reset=False) == pytest.approx(2 / 6)
+    g = torch.Generator().manual_seed(0)
+    many = torch.randint(0, N, (1000,), generator=g)
+    rows.hit_rate()
+    assert torch.equal(rows(many), x[many])
+    assert rows.hit_rate() == pytest.approx(float((many >= 90).float().mean()))
+
+
+def test_no_budget_gathers_everything_from_the_host_and_keeps_the_dtype():
+    half = torch.randn(N, F).half()
+    rows = DeviceFeatures(half, CPU, 0, torch.ones(N))
+    idx = torch.tensor([4, 8, 15, 16, 23, 42])
+    out = rows(idx)
+    assert out.dtype == torch.float16 and torch.equal(out, half[idx])
+    assert rows.hit_rate() == 0.0
+    labels = torch.arange(N) % 7
+    assert torch.equal(DeviceFeatures(labels, CPU, 3 * 8, torch.arange(N))(idx), labels[idx])
+
+
+def test_bad_budgets_are_refused(x):
+    with pytest.raises(ValueError, match="feature budget must be >= 0 bytes"):
+        DeviceFeatures(x, CPU, -1)
+    with pytest.raises(ValueError, match="a partial cache of 100 rows needs a degree"):
+        DeviceFeatures(x, CPU, row_bytes(x))
+    assert auto_budget(CPU) > 1 << 40  # the host: no device limit
+
+
+def test_hit_rate_is_logged_for_a_partial_cache_only(x, caplog):
+    with caplog.at_level(logging.INFO, logger="distgnn.train"):
+        DeviceFeatures(x, CPU, N * row_bytes(x)).log_hit_rate("whole")
+        part = DeviceFeatures(x, CPU, 10 * row_bytes(x), torch.arange(N))
+        part(torch.tensor([99, 0]))
+        part.log_hit_rate("epoch 0: x cache")
+    assert [r.getMessage() for r in caplog.records] == [
+        "epoch 0: x cache: 10 of 100 rows on cpu, hit rate 0.500"
+    ]
+
+
+def test_a_job_on_the_torch_sampler_reads_features_through_the_cache(tmp_path, monkeypatch, caplog):
+    """LocalSource under DISTGNN_KERNELS=torch: batches carry the graph's rows although only
+    50 rows sit in the cache; each epoch logs the hit rate."""
+    monkeypatch.setenv(KERNELS_ENV, "torch")
+    cfg = Config(output_dir=str(tmp_path))
+    cfg.partition.num_parts = 1
+    cfg.dataset = DatasetConfig(root=str(tmp_path / "data"), num_nodes=1500, num_features=8)
+    cfg.dataset.num_classes = 3
+    cfg.model = ModelConfig(hidden_channels=16, num_layers=2, dropout=0.0)
+    cfg.sampler.num_neighbors, cfg.loader.batch_size = [5, 5], 32
+    cfg.train.gpu_feature_bytes = 50 * 8 * 4
+    data = toy_graph()
+    source = LocalSource(validate(cfg), data)
+    loader = source.node_loader("train", torch.arange(100), None)
+    with caplog.at_level(logging.INFO, logger="distgnn.train"):
+        batches = list(loader)
+    assert loader.sampler.tensors is not None and source._rows["x"].cached_rows == 50
+    for batch in batches:
+        assert torch.equal(batch.x, data.x[batch.n_id])
+        assert torch.equal(batch.y, data.y[batch.n_id])
+    assert any("epoch 0: x cache: 50 of 300 rows on cpu, hit rate" in r.getMessage()
+               for r in caplog.records)  # fmt: skip
