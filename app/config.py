@@ -21,7 +21,21 @@ from omegaconf import II, OmegaConf
 from app.model.registry import MODELS
 from app.task.registry import OBJECTIVES
 
-DATASETS = ("synthetic_products", "synthetic_mag", "ogbn_products", "ogbn_mag")
+DATASETS = (
+    "synthetic_products",
+    "synthetic_papers",
+    "synthetic_mag",
+    "ogbn_products",
+    "ogbn_papers100M",
+    "ogbn_mag",
+)
+# Homogeneous datasets: the ones the streaming partitioner takes.
+HOMOGENEOUS_DATASETS = (
+    "synthetic_products",
+    "synthetic_papers",
+    "ogbn_products",
+    "ogbn_papers100M",
+)
 PARTITION_METHODS = ("metis", "random", "stream")
 NODE_ORDERS = ("original", "locality")
 EVAL_MODES = ("layerwise", "sampled")
@@ -49,6 +63,9 @@ class DatasetConfig:
     num_communities: int = 0  # 0: derived from num_nodes
     train_frac: float = 0.1
     val_frac: float = 0.05
+    # synthetic: share of test nodes; 0: every node outside train / val (papers100M labels
+    # only ~1.4 % of its nodes, so its split leaves most nodes in no mask)
+    test_frac: float = 0.0
     temporal: bool = False  # synthetic: add node/edge timestamps (`time` attribute)
 
 
@@ -391,7 +408,7 @@ def _check_partition(cfg: Config) -> None:
     if p.method != "stream":
         return
     _require(
-        cfg.dataset.name in ("synthetic_products", "ogbn_products"),
+        cfg.dataset.name in HOMOGENEOUS_DATASETS,
         "dataset.name",
         cfg.dataset.name,
         "partition.method=stream handles homogeneous graphs only; use partition=metis",
@@ -477,6 +494,13 @@ def validate(cfg: Config) -> Config:
         "dataset.train_frac",
         cfg.dataset.train_frac,
         "need 0 < train_frac and train_frac + val_frac < 1",
+    )
+    d = cfg.dataset
+    _require(
+        0 <= d.test_frac and d.train_frac + d.val_frac + d.test_frac <= 1,
+        "dataset.test_frac",
+        d.test_frac,
+        "need 0 <= test_frac and train_frac + val_frac + test_frac <= 1 (0: the rest)",
     )
     if cfg.task == "train" and cfg.cluster.num_nodes > 1:
         _require(

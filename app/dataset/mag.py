@@ -135,7 +135,7 @@ def generate_mag(cfg: DatasetConfig, seed: int) -> dict:
         "x": torch.from_numpy(class_features(g_feat, y, cfg.num_classes, cfg.num_features)),
         "y": torch.from_numpy(y),
     }
-    masks = split_masks(g_split, sizes["paper"], cfg.train_frac, cfg.val_frac)
+    masks = split_masks(g_split, sizes["paper"], cfg.train_frac, cfg.val_frac, cfg.test_frac)
     paper |= {name: torch.from_numpy(mask) for name, mask in masks.items()}
     if cfg.temporal:
         paper["time"] = torch.from_numpy(year)

@@ -102,14 +102,16 @@ def class_features(
 
 
 def split_masks(
-    rng: np.random.Generator, n: int, train_frac: float, val_frac: float
+    rng: np.random.Generator, n: int, train_frac: float, val_frac: float, test_frac: float = 0.0
 ) -> dict[str, np.ndarray]:
-    """Disjoint random train / val / test boolean masks (test = the rest)."""
+    """Disjoint random train / val / test boolean masks (test: `test_frac` of the nodes, or the
+    rest when 0; papers100M-like splits leave most nodes unlabelled for training purposes)."""
     perm = rng.permutation(n)
     n_train = max(1, int(n * train_frac))  # tiny graphs still get a training node
     n_val = min(int(n * val_frac), n - n_train)
+    end = n if test_frac <= 0 else min(n, n_train + n_val + max(1, int(n * test_frac)))
     parts = {"train": perm[:n_train], "val": perm[n_train : n_train + n_val]}
-    parts["test"] = perm[n_train + n_val :]
+    parts["test"] = perm[n_train + n_val : end]
     masks = {}
     for name, idx in parts.items():
         masks[f"{name}_mask"] = np.zeros(n, dtype=bool)
@@ -268,7 +270,7 @@ def generate_products(cfg: DatasetConfig, seed: int) -> dict:
         "y": torch.from_numpy(y),
         "edge_index": torch.from_numpy(edge_index),
     }
-    for name, mask in split_masks(g_split, n, cfg.train_frac, cfg.val_frac).items():
+    for name, mask in split_masks(g_split, n, cfg.train_frac, cfg.val_frac, cfg.test_frac).items():
         out[name] = torch.from_numpy(mask)
     if cfg.temporal:
         out["time"] = torch.from_numpy(community_times(g_time, comm, MAX_TIME))

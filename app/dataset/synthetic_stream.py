@@ -174,7 +174,9 @@ def generate_products_chunked(cfg: DatasetConfig, seed: int, root: str | os.Path
             y = noisy_labels(g_labels, comm_label[comm], cfg.num_classes)
             write_features(g_feat, y, cfg.num_classes, cfg.num_features, out)
             out.add_nodes("y", y)
-            for name, mask in split_masks(g_split, n, cfg.train_frac, cfg.val_frac).items():
+            for name, mask in split_masks(
+                g_split, n, cfg.train_frac, cfg.val_frac, cfg.test_frac
+            ).items():
                 out.add_nodes(name, mask)
             if cfg.temporal:
                 out.add_nodes("time", community_times(g_time, comm, MAX_TIME))

@@ -22,7 +22,7 @@ BASE_BYTES = 1 << 30
 # synthetic_mag: all node types per paper, edges of every relation (reverses too) per paper.
 MAG_NODES_PER_PAPER = 2.7
 MAG_EDGES_PER_CITATION = 4.0
-SYNTHETIC = ("synthetic_products", "synthetic_mag")
+SYNTHETIC = ("synthetic_products", "synthetic_papers", "synthetic_mag")
 
 
 def estimate_bytes(spec: PartitionSpec) -> int:
