@@ -41,6 +41,7 @@ NODE_ORDERS = ("original", "locality")
 EVAL_MODES = ("layerwise", "sampled")
 SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
 TEMPORAL_STRATEGIES = ("uniform", "last")
+FEATURE_DTYPES = ("float32", "float16")
 CLUSTER_MODES = ("local", "env", "ssh")
 TASKS = ("train", "partition")
 TRAIN_DEVICES = ("cpu", "cuda", "auto")
@@ -66,6 +67,9 @@ class DatasetConfig:
     # synthetic: share of test nodes; 0: every node outside train / val (papers100M labels
     # only ~1.4 % of its nodes, so its split leaves most nodes in no mask)
     test_frac: float = 0.0
+    # node features on disk and in the stores: float16 halves their bytes (the model widens
+    # each batch to float32 on its device); float32 (default) keeps them as generated / read
+    feature_dtype: str = "float32"
     temporal: bool = False  # synthetic: add node/edge timestamps (`time` attribute)
 
 
@@ -445,6 +449,7 @@ def validate(cfg: Config) -> Config:
     _choice("train.sparse_optimizer", cfg.train.sparse_optimizer, ("adam", "adagrad"))
     _choice("train.device", cfg.train.device, TRAIN_DEVICES)
     _choice("train.eval_mode", cfg.train.eval_mode, EVAL_MODES)
+    _choice("dataset.feature_dtype", cfg.dataset.feature_dtype, FEATURE_DTYPES)
     _check_fanouts(cfg)
     _check_device(cfg)
     positives = {

@@ -7,7 +7,7 @@
 * `ogbn_products` / `ogbn_papers100M` / `ogbn_mag`: the real OGB data read from `cfg.root`
   (never downloaded).
 
-Homogeneous `Data`: `x` float32 [N, F], `y` int64 [N], `edge_index` int64 [2, E] (row = source),
+Homogeneous `Data`: `x` float32 (or `cfg.feature_dtype`) [N, F], `y` int64 [N], `edge_index` int64 [2, E] (row = source),
 disjoint bool `train_mask` / `val_mask` / `test_mask`, `num_classes`, and `time` int64 [N] when
 `cfg.temporal`. `HeteroData`: ogbn-mag's types and relations plus `rev_*` reverses, features,
 labels, masks (and `time`) on papers, `num_nodes` on every type.

@@ -24,7 +24,7 @@ GENERATOR_VERSION = 1  # bump when the synthetic generators' output changes (app
 # Keys that change synthetic data; real OGB data depends only on the name (and `temporal`).
 SYNTHETIC_KEYS = ("num_nodes", "avg_degree", "num_features", "num_classes", "num_communities")
 SPLIT_KEYS = ("train_frac", "val_frac")
-OPTIONAL_KEYS = {"test_frac": 0.0}
+OPTIONAL_KEYS = {"test_frac": 0.0, "feature_dtype": "float32"}
 SHOWN_MISSING = 3  # missing files named in the error; the rest are counted
 
 
@@ -32,6 +32,8 @@ def dataset_fingerprint(cfg: DatasetConfig, seed: int) -> str:
     """Short stable hash of everything that determines the data (partitions are keyed by it)."""
     fields = asdict(cfg)
     key: dict[str, object] = {"name": cfg.name, "temporal": cfg.temporal}
+    if cfg.feature_dtype != "float32":  # real data too: its features are stored narrowed
+        key["feature_dtype"] = cfg.feature_dtype
     if cfg.name.startswith("synthetic"):
         key |= {k: fields[k] for k in SYNTHETIC_KEYS + SPLIT_KEYS}
         key |= {"seed": seed, "version": GENERATOR_VERSION}

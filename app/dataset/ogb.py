@@ -105,7 +105,7 @@ def products(cfg: DatasetConfig, spec: OgbSpec) -> dict:
     return {
         "kind": "homo",
         "num_classes": num_classes,
-        "x": tensor(graph["node_feat"], np.float32),
+        "x": tensor(graph["node_feat"], cfg.feature_dtype),
         "y": tensor(labels, np.int64).view(-1),
         "edge_index": tensor(graph["edge_index"], np.int64),
         **split_masks(split, n),
@@ -118,7 +118,7 @@ def mag(cfg: DatasetConfig, spec: OgbSpec) -> dict:
     graph, labels, split, num_classes = read_ogb(spec, Path(cfg.root))
     counts = {t: int(graph["num_nodes_dict"][t]) for t in MAG_TYPES}
     paper = {
-        "x": tensor(graph["node_feat_dict"]["paper"], np.float32),
+        "x": tensor(graph["node_feat_dict"]["paper"], cfg.feature_dtype),
         "y": tensor(labels["paper"], np.int64).view(-1),
         **split_masks({k: v["paper"] for k, v in split.items()}, counts["paper"]),
     }
@@ -153,7 +153,7 @@ def papers100m(cfg: DatasetConfig, spec: OgbSpec) -> dict:
     base = root / spec.dir_name
     with np.load(base / "raw" / "data.npz") as graph:
         n = int(np.sum(graph["num_nodes_list"]))
-        x = tensor(graph["node_feat"], np.float32)
+        x = tensor(graph["node_feat"], cfg.feature_dtype)
         edge_index = tensor(graph["edge_index"], np.int64)
     with np.load(base / "raw" / "node-label.npz") as labels:
         label = labels["node_label"].reshape(-1)

@@ -49,6 +49,19 @@ def num_communities(cfg: DatasetConfig) -> int:
     return max(1, min(wanted, cfg.num_nodes // 8))
 
 
+def sorted_unique(keys: np.ndarray) -> np.ndarray:
+    """`np.unique(keys)` of int keys by an in-place sort: numpy >= 2.3 answers a plain
+    `np.unique` of integers from a hash table and sorts afterwards, over 100x slower here
+    (`keys` is reused: pass a copy to keep it)."""
+    keys.sort()
+    if keys.size < 2:
+        return keys
+    keep = np.empty(keys.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(keys[1:], keys[:-1], out=keep[1:])
+    return keys[keep]
+
+
 def rngs(seed: int, count: int) -> list[np.random.Generator]:
     """Independent streams, so e.g. the feature count does not change the graph."""
     return [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(count)]
@@ -82,15 +95,21 @@ def noisy_labels(rng: np.random.Generator, base: np.ndarray, num_classes: int) -
 
 
 def class_features(
-    rng: np.random.Generator, y: np.ndarray, num_classes: int, num_features: int
+    rng: np.random.Generator,
+    y: np.ndarray,
+    num_classes: int,
+    num_features: int,
+    dtype: str = "float32",
 ) -> np.ndarray:
-    """float32 [N, F]: class mean (N(0, 1) per class) + Gaussian noise, in chunks.
+    """`dtype` [N, F]: class mean (N(0, 1) per class) + Gaussian noise, in chunks.
 
     The noise std grows with sqrt(F), so the difficulty (Bayes accuracy) does not depend on F.
+    Drawn in float32 whatever `dtype` (float16 rounds the same numbers), chunk by chunk, so a
+    float16 graph never holds its features in float32 whole.
     """
     sigma = np.float32(FEATURE_NOISE * np.sqrt(num_features))
     means = rng.standard_normal((num_classes, num_features), dtype=np.float32)
-    x = np.empty((len(y), num_features), dtype=np.float32)
+    x = np.empty((len(y), num_features), dtype=dtype)
     chunks = range(0, len(y), FEATURE_ROWS)
     for lo in tqdm(chunks, desc="features", unit="chunk", leave=False, disable=len(chunks) < 2):
         hi = min(lo + FEATURE_ROWS, len(y))
@@ -230,7 +249,7 @@ def undirected_keys(
             bar.update(size)
         bar.close()
         before = len(keys)
-        keys = np.unique(np.concatenate(parts))
+        keys = sorted_unique(np.concatenate(parts))
         del parts
         yield_rate = (len(keys) - before) / todo
     if len(keys) > n_edges:
@@ -266,7 +285,9 @@ def generate_products(cfg: DatasetConfig, seed: int) -> dict:
     out = {
         "kind": "homo",
         "num_classes": cfg.num_classes,
-        "x": torch.from_numpy(class_features(g_feat, y, cfg.num_classes, cfg.num_features)),
+        "x": torch.from_numpy(
+            class_features(g_feat, y, cfg.num_classes, cfg.num_features, cfg.feature_dtype)
+        ),
         "y": torch.from_numpy(y),
         "edge_index": torch.from_numpy(edge_index),
     }
