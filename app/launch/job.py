@@ -153,7 +153,7 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
         if peers is not None:
             peers.finish()
         status = "FINISHED"
-        record_peak_pss(job_dir, memory.metrics())
+        record_peak_pss(job_dir, memory.metrics(), plan)
     except JobFailed as err:
         error = err.culprit
         raise
@@ -175,9 +175,10 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
     return _read_result(job_dir, plan)
 
 
-def record_peak_pss(job_dir: Path, peaks: dict[str, float]) -> None:
-    """Log each host's peak PSS and add it to `result.json` (or, on an env-mode host other than
-    node 0, which has no result, to `peak_pss.json` beside it)."""
+def record_peak_pss(job_dir: Path, peaks: dict[str, float], plan: ProcessPlan) -> None:
+    """Log each host's peak PSS and add it to `result.json` (node 0's) and to
+    `peak_pss-<node rank>.json`: env-mode launchers sharing a job dir (a testbed) each write
+    their own host's."""
     if not peaks:
         return
     log.info(
@@ -187,8 +188,8 @@ def record_peak_pss(job_dir: Path, peaks: dict[str, float]) -> None:
     path = job_dir / RESULT_FILE
     if path.exists():
         write_text_atomic(path, json.dumps(json.loads(path.read_text()) | peaks, indent=1))
-    else:
-        write_text_atomic(job_dir / "peak_pss.json", json.dumps(peaks, indent=1))
+    rank = plan.node_rank if isinstance(plan, EnvPlan) else 0
+    write_text_atomic(job_dir / f"peak_pss-{rank}.json", json.dumps(peaks, indent=1))
 
 
 def peer_watch(cfg: Config, plan: ProcessPlan) -> PeerWatch | None:

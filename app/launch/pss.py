@@ -5,7 +5,7 @@ sum over a host's processes is what the job costs that host (RSS would count tor
 and a memory-mapped partition once per process). The launcher samples its children (and their
 descendants) on a thread while `run_procs` runs; the launcher itself counts on its own host.
 The peaks go to `result.json` and the job's MLflow run as `peak_pss_gib` (the largest host) and
-`peak_pss_gib/host<i>`.
+`peak_pss_gib/host<i>`, and to `peak_pss-<node rank>.json` in the job dir.
 """
 
 from __future__ import annotations

@@ -31,3 +31,4 @@ def test_peak_pss_per_host_in_result_and_mlflow(tmp_path):
     assert run.data.metrics["peak_pss_gib/host1"] == pytest.approx(hosts[1])
     assert run.data.metrics["peak_pss_gib"] == pytest.approx(max(hosts))
     assert "peak PSS per host: host0 " in proc.stdout + proc.stderr
+    assert json.loads((job / "peak_pss-0.json").read_text())["peak_pss_gib"] == max(hosts)
