@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 EXP     ?= products_homo
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-fast test-long test-gpu lint format bench bench-products bench-gpu ui ui-check clean clean-data chaos compat-pyg
+.PHONY: help install run test test-fast test-long test-gpu lint format bench bench-products bench-papers bench-gpu ui ui-check clean clean-data chaos compat-pyg
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -84,6 +84,9 @@ bench: install  ## benchmarks: table on stdout, records in outputs/bench/results
 bench-products: install  ## opt-in: ogbn-products scale (2.45M nodes): partitioning, then the 2-node training job measured per process
 	$(BIN)/python -m bench.partition --products
 	$(BIN)/python -m bench.products_job --repeat=3
+
+bench-papers: install  ## opt-in, root + netns: papers100M's shape at 1/10 (11.1M nodes) on 4 testbed hosts: generation, stream partition, 1 epoch + evaluation; table in docs/benchmarks.md
+	$(BIN)/python -m bench.papers
 
 bench-gpu: install  ## opt-in, needs CUDA: products scale, [10,5] 2x128 and [15,10,5] 3x256, CPU vs GPU sampler side by side (BENCH_GPU_ARGS: bench/gpu.py's)
 	$(BIN)/python -m bench.gpu $(BENCH_GPU_ARGS)

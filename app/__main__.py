@@ -104,7 +104,7 @@ def main(node: DictConfig) -> float | None:
         _fail("data error", err, EXIT_CONFIG, refused=True)
     # Imported only now: a config or data error above never pays for importing torch.
     from app.launch import JobFailed, partition_lock, partitions_dir
-    from app.launch.limits import check_memory
+    from app.launch.limits import check_before_work
     from app.partition.reader import PartitionError
     from app.partition.spec import PartitionSpec
     from app.run import run_task
@@ -112,7 +112,7 @@ def main(node: DictConfig) -> float | None:
     spec = PartitionSpec.from_config(cfg)
     watch_compiles()  # a cold kernel cache: say so, not a silent minute
     try:
-        check_memory(spec)
+        check_before_work(cfg, spec)
     except ConfigError as err:
         _fail("config error", err, EXIT_CONFIG, refused=True)
     try:

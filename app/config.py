@@ -21,12 +21,27 @@ from omegaconf import II, OmegaConf
 from app.model.registry import MODELS
 from app.task.registry import OBJECTIVES
 
-DATASETS = ("synthetic_products", "synthetic_mag", "ogbn_products", "ogbn_mag")
+DATASETS = (
+    "synthetic_products",
+    "synthetic_papers",
+    "synthetic_mag",
+    "ogbn_products",
+    "ogbn_papers100M",
+    "ogbn_mag",
+)
+# Homogeneous datasets: the ones the streaming partitioner takes.
+HOMOGENEOUS_DATASETS = (
+    "synthetic_products",
+    "synthetic_papers",
+    "ogbn_products",
+    "ogbn_papers100M",
+)
 PARTITION_METHODS = ("metis", "random", "stream")
 NODE_ORDERS = ("original", "locality")
 EVAL_MODES = ("layerwise", "sampled")
 SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
 TEMPORAL_STRATEGIES = ("uniform", "last")
+FEATURE_DTYPES = ("float32", "float16")
 CLUSTER_MODES = ("local", "env", "ssh")
 TASKS = ("train", "partition")
 TRAIN_DEVICES = ("cpu", "cuda", "auto")
@@ -49,6 +64,12 @@ class DatasetConfig:
     num_communities: int = 0  # 0: derived from num_nodes
     train_frac: float = 0.1
     val_frac: float = 0.05
+    # synthetic: share of test nodes; 0: every node outside train / val (papers100M labels
+    # only ~1.4 % of its nodes, so its split leaves most nodes in no mask)
+    test_frac: float = 0.0
+    # node features on disk and in the stores: float16 halves their bytes (the model widens
+    # each batch to float32 on its device); float32 (default) keeps them as generated / read
+    feature_dtype: str = "float32"
     temporal: bool = False  # synthetic: add node/edge timestamps (`time` attribute)
 
 
@@ -437,7 +458,7 @@ def _check_partition(cfg: Config) -> None:
     if p.method != "stream":
         return
     _require(
-        cfg.dataset.name in ("synthetic_products", "ogbn_products"),
+        cfg.dataset.name in HOMOGENEOUS_DATASETS,
         "dataset.name",
         cfg.dataset.name,
         "partition.method=stream handles homogeneous graphs only; use partition=metis",
@@ -475,6 +496,7 @@ def validate(cfg: Config) -> Config:
     _choice("train.device", cfg.train.device, TRAIN_DEVICES)
     _choice("sampler.device", cfg.sampler.device, TRAIN_DEVICES)
     _choice("train.eval_mode", cfg.train.eval_mode, EVAL_MODES)
+    _choice("dataset.feature_dtype", cfg.dataset.feature_dtype, FEATURE_DTYPES)
     _check_fanouts(cfg)
     _check_device(cfg)
     positives = {
@@ -530,6 +552,13 @@ def validate(cfg: Config) -> Config:
         "dataset.train_frac",
         cfg.dataset.train_frac,
         "need 0 < train_frac and train_frac + val_frac < 1",
+    )
+    d = cfg.dataset
+    _require(
+        0 <= d.test_frac and d.train_frac + d.val_frac + d.test_frac <= 1,
+        "dataset.test_frac",
+        d.test_frac,
+        "need 0 <= test_frac and train_frac + val_frac + test_frac <= 1 (0: the rest)",
     )
     if cfg.task == "train" and cfg.cluster.num_nodes > 1:
         _require(

@@ -1,10 +1,13 @@
 """Datasets: a name in `DatasetConfig` → a PyG `Data` (products-like) or `HeteroData` (mag-like).
 
-* `synthetic_products` / `synthetic_mag`: generated from `(cfg, seed)` and cached under
-  `cfg.root` (see `cache.py`); statistics in `synthetic.py` / `mag.py`.
-* `ogbn_products` / `ogbn_mag`: the real OGB data read from `cfg.root` (never downloaded).
+* `synthetic_products` / `synthetic_papers` / `synthetic_mag`: generated from `(cfg, seed)` and
+  cached under `cfg.root` (see `cache.py`); statistics in `synthetic.py` / `mag.py`.
+  `synthetic_papers` is the products recipe with ogbn-papers100M's shape (its config:
+  `conf/dataset/synthetic_papers.yaml`), generated straight to chunks for `partition=stream`.
+* `ogbn_products` / `ogbn_papers100M` / `ogbn_mag`: the real OGB data read from `cfg.root`
+  (never downloaded).
 
-Homogeneous `Data`: `x` float32 [N, F], `y` int64 [N], `edge_index` int64 [2, E] (row = source),
+Homogeneous `Data`: `x` float32 (or `cfg.feature_dtype`) [N, F], `y` int64 [N], `edge_index` int64 [2, E] (row = source),
 disjoint bool `train_mask` / `val_mask` / `test_mask`, `num_classes`, and `time` int64 [N] when
 `cfg.temporal`. `HeteroData`: ogbn-mag's types and relations plus `rev_*` reverses, features,
 labels, masks (and `time`) on papers, `num_nodes` on every type.
@@ -37,11 +40,15 @@ def load_dataset(cfg: DatasetConfig, seed: int) -> Data | HeteroData:
     from app.dataset.synthetic import generate_products, to_data
 
     check_sizes(cfg)
-    generators = {"synthetic_products": generate_products, "synthetic_mag": generate_mag}
+    generators = {
+        "synthetic_products": generate_products,
+        "synthetic_papers": generate_products,  # same recipe, papers100M's shape (its yaml)
+        "synthetic_mag": generate_mag,
+    }
     if cfg.name in generators:
         path = cache_path(cfg, seed)
         obj = cached(path, lambda: generators[cfg.name](cfg, seed))
-    elif cfg.name in ("ogbn_products", "ogbn_mag"):
+    elif cfg.name in ("ogbn_products", "ogbn_papers100M", "ogbn_mag"):
         obj = load_ogb(cfg)
     else:
         raise ConfigError(f"dataset.name={cfg.name!r}: expected one of {', '.join(DATASETS)}")
@@ -61,6 +68,7 @@ def check_sizes(cfg: DatasetConfig) -> None:
         "train_frac": 0 < cfg.train_frac
         and 0 <= cfg.val_frac
         and cfg.train_frac + cfg.val_frac < 1,
+        "test_frac": 0 <= cfg.test_frac and cfg.train_frac + cfg.val_frac + cfg.test_frac <= 1,
     }
     for key, ok in limits.items():
         if not ok:

@@ -9,7 +9,7 @@ edge list or feature matrix in memory::
       edges/000000.npy       int32 (int64 when N >= 2^31) [2, c]: row 0 sources, row 1 targets;
                              every chunk holds `chunk_edges` edges except the last
       nodes/<name>/000000.npy  node data in node-id order, `chunk_nodes` rows per chunk:
-                             x float32 [c, F], y int64 [c], train/val/test_mask bool [c],
+                             x float32 / float16 [c, F], y int64 [c], train/val/test_mask bool [c],
                              time int64 [c] (temporal graphs)
 
 The manifest holds `format`, `version`, `num_nodes`, `num_edges`, `num_classes`, the chunk

@@ -5,10 +5,10 @@ seconds of `import torch_geometric`, so a missing dataset is named at once (`pre
 
 * `cache_path`: `<root>/<name>-<fingerprint>/data.pt`, the generated or converted tensors
   (written and read by `app.dataset.cache`), keyed by `dataset_fingerprint`;
-* `SPECS`: the files `ogb.nodeproppred.NodePropPredDataset` reads for ogbn-products and
-  ogbn-mag, i.e. what unzipping OGB's `products.zip` / `mag.zip` gives, moved to
-  `<root>/ogbn_products` / `<root>/ogbn_mag`; `check_files` names what is missing and how to
-  get it.
+* `SPECS`: the files `ogb.nodeproppred.NodePropPredDataset` reads for ogbn-products,
+  ogbn-papers100M and ogbn-mag, i.e. what unzipping OGB's `products.zip` / `papers100M-bin.zip`
+  / `mag.zip` gives, moved to `<root>/ogbn_products` / `<root>/ogbn_papers100M` /
+  `<root>/ogbn_mag`; `check_files` names what is missing and how to get it.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ GENERATOR_VERSION = 1  # bump when the synthetic generators' output changes (app
 # Keys that change synthetic data; real OGB data depends only on the name (and `temporal`).
 SYNTHETIC_KEYS = ("num_nodes", "avg_degree", "num_features", "num_classes", "num_communities")
 SPLIT_KEYS = ("train_frac", "val_frac")
+OPTIONAL_KEYS = {"test_frac": 0.0, "feature_dtype": "float32"}
 SHOWN_MISSING = 3  # missing files named in the error; the rest are counted
 
 
@@ -31,9 +32,13 @@ def dataset_fingerprint(cfg: DatasetConfig, seed: int) -> str:
     """Short stable hash of everything that determines the data (partitions are keyed by it)."""
     fields = asdict(cfg)
     key: dict[str, object] = {"name": cfg.name, "temporal": cfg.temporal}
+    if cfg.feature_dtype != "float32":  # real data too: its features are stored narrowed
+        key["feature_dtype"] = cfg.feature_dtype
     if cfg.name.startswith("synthetic"):
         key |= {k: fields[k] for k in SYNTHETIC_KEYS + SPLIT_KEYS}
         key |= {"seed": seed, "version": GENERATOR_VERSION}
+        # keys added later join only when set, so existing datasets keep their fingerprint
+        key |= {k: fields[k] for k, default in OPTIONAL_KEYS.items() if fields[k] != default}
     blob = json.dumps(key, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
 
@@ -55,6 +60,7 @@ class OgbSpec:
     raw_files: tuple[str, ...]  # needed when ogb has no processed file yet
     split_files: tuple[str, ...]
     synthetic: str  # the stand-in to suggest
+    binary: bool = False  # raw/*.npz read by us directly: the raw files are always needed
 
     @property
     def dir_name(self) -> str:
@@ -91,6 +97,16 @@ SPECS = {
         tuple(f"split/sales_ranking/{s}.csv.gz" for s in ("train", "valid", "test")),
         "synthetic_products",
     ),
+    "ogbn_papers100M": OgbSpec(
+        "ogbn-papers100M",
+        1,
+        "time",
+        f"{_OGB_URL}/papers100M-bin.zip",
+        ("raw/data.npz", "raw/node-label.npz"),
+        tuple(f"split/time/{s}.csv.gz" for s in ("train", "valid", "test")),
+        "synthetic_papers",
+        binary=True,
+    ),
     "ogbn_mag": OgbSpec(
         "ogbn-mag",
         2,
@@ -116,7 +132,7 @@ def check_files(spec: OgbSpec, root: Path) -> None:
     """OgbDataMissingError naming the files ogb would need but cannot find, and the fix."""
     base = root / spec.dir_name
     needed = [f"RELEASE_v{spec.version}.txt", *spec.split_files]
-    if not (base / "processed" / "data_processed").exists():
+    if spec.binary or not (base / "processed" / "data_processed").exists():
         needed += spec.raw_files
     missing = [rel for rel in needed if not (base / rel).exists()]
     if not missing:

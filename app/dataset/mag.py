@@ -29,6 +29,7 @@ from app.dataset.synthetic import (
     num_communities,
     power_law_weights,
     rngs,
+    sorted_unique,
     split_masks,
     undirected_keys,
 )
@@ -67,7 +68,7 @@ def type_sizes(num_papers: int) -> dict[str, int]:
 
 def unique_pairs(src: np.ndarray, dst: np.ndarray, num_dst: int) -> np.ndarray:
     """int64 [2, E]: the distinct (src, dst) pairs, sorted by source."""
-    keys = np.unique(src.astype(np.int64) * num_dst + dst)
+    keys = sorted_unique(src.astype(np.int64) * num_dst + dst)
     return np.stack([keys // num_dst, keys % num_dst])
 
 
@@ -132,10 +133,12 @@ def generate_mag(cfg: DatasetConfig, seed: int) -> dict:
 
     y = noisy_labels(g_labels, comm_label[comm], cfg.num_classes)
     paper = {
-        "x": torch.from_numpy(class_features(g_feat, y, cfg.num_classes, cfg.num_features)),
+        "x": torch.from_numpy(
+            class_features(g_feat, y, cfg.num_classes, cfg.num_features, cfg.feature_dtype)
+        ),
         "y": torch.from_numpy(y),
     }
-    masks = split_masks(g_split, sizes["paper"], cfg.train_frac, cfg.val_frac)
+    masks = split_masks(g_split, sizes["paper"], cfg.train_frac, cfg.val_frac, cfg.test_frac)
     paper |= {name: torch.from_numpy(mask) for name, mask in masks.items()}
     if cfg.temporal:
         paper["time"] = torch.from_numpy(year)

@@ -1,4 +1,5 @@
-"""The real `ogbn_products` / `ogbn_mag`, read through `ogb.nodeproppred.NodePropPredDataset`.
+"""The real `ogbn_products` / `ogbn_mag`, read through `ogb.nodeproppred.NodePropPredDataset`,
+and `ogbn_papers100M`, read from OGB's binary layout with numpy (`papers100m`).
 
 Nothing is downloaded here: the files must already sit in OGB's own layout under `cfg.root`
 (`app.dataset.files.SPECS`: what unzipping OGB's `products.zip` / `mag.zip` into
@@ -104,7 +105,7 @@ def products(cfg: DatasetConfig, spec: OgbSpec) -> dict:
     return {
         "kind": "homo",
         "num_classes": num_classes,
-        "x": tensor(graph["node_feat"], np.float32),
+        "x": tensor(graph["node_feat"], cfg.feature_dtype),
         "y": tensor(labels, np.int64).view(-1),
         "edge_index": tensor(graph["edge_index"], np.int64),
         **split_masks(split, n),
@@ -117,7 +118,7 @@ def mag(cfg: DatasetConfig, spec: OgbSpec) -> dict:
     graph, labels, split, num_classes = read_ogb(spec, Path(cfg.root))
     counts = {t: int(graph["num_nodes_dict"][t]) for t in MAG_TYPES}
     paper = {
-        "x": tensor(graph["node_feat_dict"]["paper"], np.float32),
+        "x": tensor(graph["node_feat_dict"]["paper"], cfg.feature_dtype),
         "y": tensor(labels["paper"], np.int64).view(-1),
         **split_masks({k: v["paper"] for k, v in split.items()}, counts["paper"]),
     }
@@ -129,13 +130,53 @@ def mag(cfg: DatasetConfig, spec: OgbSpec) -> dict:
     return {"kind": "hetero", "num_classes": num_classes, "nodes": nodes, "edges": edges}
 
 
+def read_split_csv(path: Path) -> np.ndarray:
+    """One of OGB's `split/<split>/<name>.csv.gz` files: one node id per line."""
+    import pandas as pd
+
+    return pd.read_csv(path, compression="gzip", header=None).to_numpy().reshape(-1)
+
+
+def papers100m(cfg: DatasetConfig, spec: OgbSpec) -> dict:
+    """ogbn-papers100M from `raw/data.npz`, `raw/node-label.npz` and `split/time/*.csv.gz`.
+
+    Read with numpy rather than through ogb, which would pickle a second copy of the whole graph
+    under `processed/`. The citations are made undirected as PyG's papers100M examples do
+    (`T.ToUndirected`). OGB labels only the ~1.5M arXiv papers (NaN elsewhere): the others get
+    class 0 and lie in no mask, so nothing trains or is scored on them and `y` stays in
+    [0, num_classes).
+    """
+    from torch_geometric.utils import to_undirected
+
+    root = Path(cfg.root)
+    check_files(spec, root)
+    base = root / spec.dir_name
+    with np.load(base / "raw" / "data.npz") as graph:
+        n = int(np.sum(graph["num_nodes_list"]))
+        x = tensor(graph["node_feat"], cfg.feature_dtype)
+        edge_index = tensor(graph["edge_index"], np.int64)
+    with np.load(base / "raw" / "node-label.npz") as labels:
+        label = labels["node_label"].reshape(-1)
+    y = np.where(np.isnan(label), 0, label).astype(np.int64)
+    split_dir = base / "split" / spec.split
+    split = {s: read_split_csv(split_dir / f"{s}.csv.gz") for s in ("train", "valid", "test")}
+    return {
+        "kind": "homo",
+        "num_classes": cfg.num_classes,
+        "x": x,
+        "y": torch.from_numpy(y),
+        "edge_index": to_undirected(edge_index, num_nodes=n),
+        **split_masks(split, n),
+    }
+
+
 def load_ogb(cfg: DatasetConfig) -> dict:
     """Plain-tensor dict of a real OGB dataset, in the same layout as the synthetic ones."""
-    if cfg.name == "ogbn_products" and cfg.temporal:
+    if cfg.name != "ogbn_mag" and cfg.temporal:
         raise ValueError(
-            "dataset.temporal=true: ogbn_products has no timestamps; set dataset.temporal=false "
-            "or use dataset=synthetic_products"
+            f"dataset.temporal=true: {cfg.name} has no timestamps here; set "
+            f"dataset.temporal=false or use dataset={SPECS[cfg.name].synthetic}"
         )
     spec = SPECS[cfg.name]
-    convert = products if cfg.name == "ogbn_products" else mag
+    convert = {"ogbn_products": products, "ogbn_papers100M": papers100m, "ogbn_mag": mag}[cfg.name]
     return cached(cache_path(cfg, seed=0), lambda: convert(cfg, spec))

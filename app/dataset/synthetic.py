@@ -49,6 +49,19 @@ def num_communities(cfg: DatasetConfig) -> int:
     return max(1, min(wanted, cfg.num_nodes // 8))
 
 
+def sorted_unique(keys: np.ndarray) -> np.ndarray:
+    """`np.unique(keys)` of int keys by an in-place sort: numpy >= 2.3 answers a plain
+    `np.unique` of integers from a hash table and sorts afterwards, over 100x slower here
+    (`keys` is reused: pass a copy to keep it)."""
+    keys.sort()
+    if keys.size < 2:
+        return keys
+    keep = np.empty(keys.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(keys[1:], keys[:-1], out=keep[1:])
+    return keys[keep]
+
+
 def rngs(seed: int, count: int) -> list[np.random.Generator]:
     """Independent streams, so e.g. the feature count does not change the graph."""
     return [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(count)]
@@ -82,15 +95,21 @@ def noisy_labels(rng: np.random.Generator, base: np.ndarray, num_classes: int) -
 
 
 def class_features(
-    rng: np.random.Generator, y: np.ndarray, num_classes: int, num_features: int
+    rng: np.random.Generator,
+    y: np.ndarray,
+    num_classes: int,
+    num_features: int,
+    dtype: str = "float32",
 ) -> np.ndarray:
-    """float32 [N, F]: class mean (N(0, 1) per class) + Gaussian noise, in chunks.
+    """`dtype` [N, F]: class mean (N(0, 1) per class) + Gaussian noise, in chunks.
 
     The noise std grows with sqrt(F), so the difficulty (Bayes accuracy) does not depend on F.
+    Drawn in float32 whatever `dtype` (float16 rounds the same numbers), chunk by chunk, so a
+    float16 graph never holds its features in float32 whole.
     """
     sigma = np.float32(FEATURE_NOISE * np.sqrt(num_features))
     means = rng.standard_normal((num_classes, num_features), dtype=np.float32)
-    x = np.empty((len(y), num_features), dtype=np.float32)
+    x = np.empty((len(y), num_features), dtype=dtype)
     chunks = range(0, len(y), FEATURE_ROWS)
     for lo in tqdm(chunks, desc="features", unit="chunk", leave=False, disable=len(chunks) < 2):
         hi = min(lo + FEATURE_ROWS, len(y))
@@ -102,14 +121,16 @@ def class_features(
 
 
 def split_masks(
-    rng: np.random.Generator, n: int, train_frac: float, val_frac: float
+    rng: np.random.Generator, n: int, train_frac: float, val_frac: float, test_frac: float = 0.0
 ) -> dict[str, np.ndarray]:
-    """Disjoint random train / val / test boolean masks (test = the rest)."""
+    """Disjoint random train / val / test boolean masks (test: `test_frac` of the nodes, or the
+    rest when 0; papers100M-like splits leave most nodes unlabelled for training purposes)."""
     perm = rng.permutation(n)
     n_train = max(1, int(n * train_frac))  # tiny graphs still get a training node
     n_val = min(int(n * val_frac), n - n_train)
+    end = n if test_frac <= 0 else min(n, n_train + n_val + max(1, int(n * test_frac)))
     parts = {"train": perm[:n_train], "val": perm[n_train : n_train + n_val]}
-    parts["test"] = perm[n_train + n_val :]
+    parts["test"] = perm[n_train + n_val : end]
     masks = {}
     for name, idx in parts.items():
         masks[f"{name}_mask"] = np.zeros(n, dtype=bool)
@@ -228,7 +249,7 @@ def undirected_keys(
             bar.update(size)
         bar.close()
         before = len(keys)
-        keys = np.unique(np.concatenate(parts))
+        keys = sorted_unique(np.concatenate(parts))
         del parts
         yield_rate = (len(keys) - before) / todo
     if len(keys) > n_edges:
@@ -264,11 +285,13 @@ def generate_products(cfg: DatasetConfig, seed: int) -> dict:
     out = {
         "kind": "homo",
         "num_classes": cfg.num_classes,
-        "x": torch.from_numpy(class_features(g_feat, y, cfg.num_classes, cfg.num_features)),
+        "x": torch.from_numpy(
+            class_features(g_feat, y, cfg.num_classes, cfg.num_features, cfg.feature_dtype)
+        ),
         "y": torch.from_numpy(y),
         "edge_index": torch.from_numpy(edge_index),
     }
-    for name, mask in split_masks(g_split, n, cfg.train_frac, cfg.val_frac).items():
+    for name, mask in split_masks(g_split, n, cfg.train_frac, cfg.val_frac, cfg.test_frac).items():
         out[name] = torch.from_numpy(mask)
     if cfg.temporal:
         out["time"] = torch.from_numpy(community_times(g_time, comm, MAX_TIME))

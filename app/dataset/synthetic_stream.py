@@ -6,7 +6,7 @@ random numbers in the same order and replaces each whole-array step by a buckete
 
 * Dedup: candidate keys `min * n + max` are spilled to `B` bucket files by the range of their
   smaller end (key order = bucket order), and each bucket is deduplicated on its own; the
-  counts, hence the top-up rounds, are those of the global `np.unique`.
+  counts, hence the top-up rounds, are those of the global `sorted_unique`.
 * Trim: the surplus is dropped with the same `rng.choice` over the global sorted order (its
   int64 index array, 8 bytes per undirected edge, is the largest single allocation).
 * Symmetrise: both directions are spilled to buckets by SOURCE range; sorting one bucket at a
@@ -43,6 +43,7 @@ from app.dataset.synthetic import (
     power_law_weights,
     rngs,
     sample_pairs,
+    sorted_unique,
     split_masks,
 )
 
@@ -72,7 +73,7 @@ def _dedup_round(buckets: Buckets) -> list[int]:
     """Sort + dedupe every bucket in place; the unique count of each."""
     counts = []
     for b in range(buckets.count):
-        keys = np.unique(buckets.read(b))
+        keys = sorted_unique(buckets.read(b))
         buckets.write(b, keys)
         counts.append(len(keys))
     return counts
@@ -140,9 +141,14 @@ def write_symmetric_edges(
 
 
 def write_features(
-    rng: np.random.Generator, y: np.ndarray, num_classes: int, num_features: int, out: ChunkedWriter
+    rng: np.random.Generator,
+    y: np.ndarray,
+    num_classes: int,
+    num_features: int,
+    out: ChunkedWriter,
+    dtype: str = "float32",
 ) -> None:
-    """`synthetic.class_features`, each FEATURE_ROWS block written as it is drawn."""
+    """`synthetic.class_features`, each FEATURE_ROWS block written (as `dtype`) as it is drawn."""
     sigma = np.float32(FEATURE_NOISE * np.sqrt(num_features))
     means = rng.standard_normal((num_classes, num_features), dtype=np.float32)
     for lo in range(0, len(y), FEATURE_ROWS):
@@ -150,7 +156,7 @@ def write_features(
         noise = rng.standard_normal((hi - lo, num_features), dtype=np.float32)
         noise *= sigma
         noise += means[y[lo:hi]]
-        out.add_nodes("x", noise)
+        out.add_nodes("x", noise.astype(dtype, copy=False))
 
 
 def generate_products_chunked(cfg: DatasetConfig, seed: int, root: str | os.PathLike) -> Path:
@@ -172,9 +178,11 @@ def generate_products_chunked(cfg: DatasetConfig, seed: int, root: str | os.Path
             del picker
             write_symmetric_edges(n, undirected, Buckets(spill / "directed", n, 2 * count), out)
             y = noisy_labels(g_labels, comm_label[comm], cfg.num_classes)
-            write_features(g_feat, y, cfg.num_classes, cfg.num_features, out)
+            write_features(g_feat, y, cfg.num_classes, cfg.num_features, out, cfg.feature_dtype)
             out.add_nodes("y", y)
-            for name, mask in split_masks(g_split, n, cfg.train_frac, cfg.val_frac).items():
+            for name, mask in split_masks(
+                g_split, n, cfg.train_frac, cfg.val_frac, cfg.test_frac
+            ).items():
                 out.add_nodes(name, mask)
             if cfg.temporal:
                 out.add_nodes("time", community_times(g_time, comm, MAX_TIME))

@@ -284,7 +284,9 @@ def partition_view(part: PartitionData, ctx: DistContext) -> GraphView:
     )
     for t in types:
         if "x" in feats[t]["feats"]:
-            x = feats[t]["feats"]["x"]
+            # layer-wise inference computes in float32: float16 features are widened here (the
+            # table then costs float32 bytes; train.eval_mode=sampled reads them narrow)
+            x = feats[t]["feats"]["x"].float()
             view.inputs[t] = _input_table(backend, f"layerwise/x/{t}", t, num_nodes[t], x)
             view.owned_tables.append(view.inputs[t])
     if not hetero:

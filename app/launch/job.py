@@ -23,8 +23,9 @@ import torch
 
 from app.config import Config, ConfigError, heartbeat_timeout_s, save_config
 from app.contract import CONFIG_FILE, PARENT_RUN_ENV, RESULT_FILE, RUN_ID_FILE
-from app.fsutil import file_lock, remove_orphaned_temps
+from app.fsutil import file_lock, remove_orphaned_temps, write_text_atomic
 from app.jit.warm import ensure_warm
+from app.launch.limits import check_host_memory
 from app.launch.orphans import (
     PID_FILE,
     end_orphaned_runs,
@@ -40,6 +41,7 @@ from app.launch.precheck import (
     disk_full_as_one_line,
     verify_for_job,
 )
+from app.launch.pss import PssMonitor
 from app.launch.spawn import JobFailed, die_with_parent, run_procs
 from app.partition.spec import PartitionSpec
 from app.placement import gpus_shared, trainers_per_machine
@@ -110,6 +112,7 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
         verify_for_job(cfg.cluster, partition_root)  # before any child: a corrupt file is one line
     plan = plan_job(cfg, job_dir, partition_root, ports, extra_env=extra)
     check_ports_free(cfg.cluster, plan)
+    check_host_memory(cfg, partition_root)  # the written parts' sizes: one line, before spawn
     with phase("kernels"):  # cold cache: compile here once, not in every child at once
         ensure_warm()
     if isinstance(plan, EnvPlan):
@@ -133,19 +136,24 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
         end_orphaned_runs(Path(cfg.output_dir), cfg.tracking_uri, job_dir)
         write_pid_file(job_dir)
     status, error, peers = "FAILED", None, None
+    memory = PssMonitor()
+    memory.add(plan.node_rank if isinstance(plan, EnvPlan) else 0, os.getpid(), recursive=False)
     try:
         peers = peer_watch(cfg, plan)  # closed in `finally`: its thread must not outlive it
-        run_procs(
-            plan.procs,
-            job_dir / "logs",
-            echo=_echo_names(plan),
-            shutdown_timeout_s=cfg.cluster.shutdown_timeout_s,
-            heartbeat_timeout_s=heartbeat_timeout_s(cfg),
-            peers=peers,
-        )
+        with memory:
+            run_procs(
+                plan.procs,
+                job_dir / "logs",
+                echo=_echo_names(plan),
+                shutdown_timeout_s=cfg.cluster.shutdown_timeout_s,
+                heartbeat_timeout_s=heartbeat_timeout_s(cfg),
+                peers=peers,
+                memory=memory,
+            )
         if peers is not None:
             peers.finish()
         status = "FINISHED"
+        record_peak_pss(job_dir, memory.metrics(), plan)
     except JobFailed as err:
         error = err.culprit
         raise
@@ -163,8 +171,25 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
             peers.close()
         for tmp in remove_orphaned_temps(job_dir):  # children are stopped: a killed writer's
             log.info("removed %s, left by a process killed while writing it", tmp)
-        finish_tracking(cfg, job_dir, status, error)
+        finish_tracking(cfg, job_dir, status, error, memory.metrics())
     return _read_result(job_dir, plan)
+
+
+def record_peak_pss(job_dir: Path, peaks: dict[str, float], plan: ProcessPlan) -> None:
+    """Log each host's peak PSS and add it to `result.json` (node 0's) and to
+    `peak_pss-<node rank>.json`: env-mode launchers sharing a job dir (a testbed) each write
+    their own host's."""
+    if not peaks:
+        return
+    log.info(
+        "peak PSS per host: %s",
+        ", ".join(f"{k.split('/')[-1]} {v:.2f} GiB" for k, v in peaks.items() if "/" in k),
+    )
+    path = job_dir / RESULT_FILE
+    if path.exists():
+        write_text_atomic(path, json.dumps(json.loads(path.read_text()) | peaks, indent=1))
+    rank = plan.node_rank if isinstance(plan, EnvPlan) else 0
+    write_text_atomic(job_dir / f"peak_pss-{rank}.json", json.dumps(peaks, indent=1))
 
 
 def peer_watch(cfg: Config, plan: ProcessPlan) -> PeerWatch | None:
@@ -185,12 +210,18 @@ def peer_watch(cfg: Config, plan: ProcessPlan) -> PeerWatch | None:
         ) from None
 
 
-def finish_tracking(cfg: Config, job_dir: Path, status: str, error: str | None) -> None:
+def finish_tracking(
+    cfg: Config,
+    job_dir: Path,
+    status: str,
+    error: str | None,
+    metrics: dict[str, float] | None = None,
+) -> None:
     """End the job's run (`_close_tracking`), then drop `launcher.pid`. If the store could not
     be written (a full disk, a store gone), the pid file stays, holding the status and error
     the run should get: the next job under output_dir ends the run with them
     (`orphans.end_orphaned_runs`) once this launcher is gone."""
-    if _close_tracking(cfg, job_dir, status, error):
+    if _close_tracking(cfg, job_dir, status, error, metrics or {}):
         remove_pid_file(job_dir)
     else:
         record_outcome(job_dir, status, error)
@@ -205,10 +236,17 @@ def _read_result(job_dir: Path, plan: ProcessPlan) -> dict[str, Any]:
     raise RuntimeError(f"every process exited 0 but the rank-0 trainer wrote no {path}")
 
 
-def _close_tracking(cfg: Config, job_dir: Path, status: str, error: str | None = None) -> bool:
-    """Upload every child's log to the job's MLflow run and end it with the job's status; a
-    run that did not finish gets `error` (the culprit's line) as its `error` tag. Returns
-    whether the run is ended (True too when there is no run to end)."""
+def _close_tracking(
+    cfg: Config,
+    job_dir: Path,
+    status: str,
+    error: str | None = None,
+    metrics: dict[str, float] | None = None,
+) -> bool:
+    """Upload every child's log and the launcher's `metrics` (peak PSS per host) to the job's
+    MLflow run and end it with the job's status; a run that did not finish gets `error` (the
+    culprit's line) as its `error` tag. Returns whether the run is ended (True too when there
+    is no run to end)."""
     run_file = job_dir / RUN_ID_FILE
     if not cfg.mlflow.enabled or not run_file.exists():
         return True
@@ -225,6 +263,8 @@ def _close_tracking(cfg: Config, job_dir: Path, status: str, error: str | None =
         if (job_dir / "logs").is_dir():
             with redacted_copy(job_dir / "logs") as logs:
                 client.log_artifacts(run_id, str(logs), artifact_path="logs")
+        for key, value in (metrics or {}).items():
+            client.log_metric(run_id, key, value)
         if status != "FINISHED":  # the launcher names the culprit: its line is the run's error
             line = (error or f"job ended {status}").strip().splitlines()[0]
             client.set_tag(run_id, "error", redact_text(line)[:ERROR_TAG_CHARS])

@@ -38,6 +38,7 @@ from app.launch.heartbeat import HeartbeatWatch
 from app.launch.interrupt import TERMINATED, check_terminated
 from app.launch.peers import PeerWatch
 from app.launch.plan import ProcSpec
+from app.launch.pss import PssMonitor
 from app.launch.worker import ERROR_MARK
 from app.tracking.progress_lines import PROGRESS_ENV, PROGRESS_MARK, BarView
 from app.tracking.redact import redact_text
@@ -353,6 +354,7 @@ def run_procs(
     timeout_s: float | None = None,
     heartbeat_timeout_s: float | None = None,
     peers: PeerWatch | None = None,
+    memory: PssMonitor | None = None,
 ) -> None:
     """Run `procs` to completion; raise `JobFailed` on the first failure (after stopping all).
 
@@ -364,6 +366,7 @@ def run_procs(
             long fails the job like a crash, named (None: heartbeats not watched).
         peers: the other machines' launchers (env mode): one lost stops every child and
             raises `PeerLost` naming it.
+        memory: counts each child (by its host) in the job's peak PSS per host.
     """
     log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -378,6 +381,8 @@ def run_procs(
             for spec in procs:
                 check_terminated()
                 children.append(start_child(spec, log_dir, spec.name in echo))
+                if memory is not None:
+                    memory.add(spec.node_rank, children[-1].proc.pid)
                 threading.Thread(
                     target=_watch_exit, args=(children[-1], exits), daemon=True
                 ).start()

@@ -461,7 +461,7 @@ class SampledGNN(nn.Module):
             edge_index, x.size(0), self.num_layers, num_sampled_nodes, num_sampled_edges
         )
         values = self._edge_values(graph)
-        h = x
+        h = x.float()  # float16 features (dataset.feature_dtype) computed in float32
         for i, layer in enumerate(self.layers):
             h = layer(h, graph, i, values)
             if i < self.num_layers - 1:
@@ -562,6 +562,7 @@ class MLP(nn.Module):
         num_sampled_edges: Sequence[int] | None = None,
     ) -> Tensor:
         h = x if num_sampled_nodes is None else x[: int(num_sampled_nodes[0])]
+        h = h.float()  # float16 features (dataset.feature_dtype) computed in float32
         for i, lin in enumerate(self.lins):
             h = lin(h)
             if i < len(self.lins) - 1:

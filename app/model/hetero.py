@@ -251,7 +251,8 @@ def hetero_inputs(
     batch: HeteroData, embeddings: InputRows
 ) -> tuple[dict[str, Tensor], dict | None, dict | None]:
     """(x_dict with embedding rows filled in, per-type hop counts) of a hetero batch."""
-    x_dict = {t: batch[t].x for t in batch.node_types if "x" in batch[t]}
+    # float16 features (dataset.feature_dtype) computed in float32, on the batch's device
+    x_dict = {t: batch[t].x.float() for t in batch.node_types if "x" in batch[t]}
     x_dict = embeddings.fill(x_dict, {t: batch[t].n_id for t in batch.node_types})
     nodes, edges = hetero_counts(batch)
     return x_dict, nodes, edges

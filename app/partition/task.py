@@ -112,8 +112,9 @@ def chunked_graph_root(spec: PartitionSpec) -> Path:
 
 
 def ensure_chunked(spec: PartitionSpec) -> Path:
-    """The dataset as a chunked graph, written once: streamed for synthetic_products (the
-    edge list is never in memory), converted from the loaded dataset otherwise."""
+    """The dataset as a chunked graph, written once: streamed for synthetic_products /
+    synthetic_papers (the edge list is never in memory), converted from the loaded dataset
+    otherwise."""
     from app.dataset.cache import LOCK_TIMEOUT_S
     from app.dataset.chunked import clean_stale, is_current, write_data
     from app.dataset.synthetic_stream import generate_products_chunked
@@ -127,7 +128,7 @@ def ensure_chunked(spec: PartitionSpec) -> Path:
             return root
         for path in clean_stale(root):  # a killed writer's tmp / spill folders (GBs at scale)
             log.info("removed %s, left by an interrupted writer", path)
-        if spec.dataset.name == "synthetic_products":
+        if spec.dataset.name in ("synthetic_products", "synthetic_papers"):
             return generate_products_chunked(spec.dataset, spec.seed, root)
         from app.dataset import load_dataset
 

@@ -13,7 +13,15 @@ from tests.helpers.jobs import run_app
 
 @pytest.mark.parametrize(
     "experiment",
-    ["products_homo", "smoke", "mag_hetero", "products_link", "products_temporal", "mag_link"],
+    [
+        "products_homo",
+        "smoke",
+        "mag_hetero",
+        "products_link",
+        "products_temporal",
+        "mag_link",
+        "papers_homo",
+    ],
 )
 def test_every_experiment_composes(compose, experiment):
     cfg = compose(f"+experiment={experiment}")
