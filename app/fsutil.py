@@ -18,7 +18,7 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -129,8 +129,11 @@ def write_text_atomic(path: Path, text: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def torch_save_atomic(obj: Any, path: Path) -> None:
-    """`torch.save(obj)` to `path` atomically."""
+def torch_save_atomic(
+    obj: Any, path: Path, before_replace: Callable[[Path], None] | None = None
+) -> None:
+    """`torch.save(obj)` to `path` atomically; `before_replace(temp file)` runs once the bytes
+    are written, before the rename (`app.partition.reader.save_checked` records their sum)."""
     import torch
 
     path = Path(path)
@@ -138,6 +141,8 @@ def torch_save_atomic(obj: Any, path: Path) -> None:
     tmp = _temp_beside(path)
     try:
         torch.save(obj, tmp)
+        if before_replace is not None:
+            before_replace(tmp)
         os.replace(tmp, path)
     except (OSError, RuntimeError) as err:
         if not is_write_failure(err):

@@ -37,6 +37,7 @@ from app.train.checkpoint import (
     rng_state,
     save_checkpoint,
 )
+from app.train.finite import check_loss
 from app.train.wire import WireMeter
 
 log = logging.getLogger("distgnn.train")
@@ -104,6 +105,8 @@ def train_epoch(
     """One pass over `loader` (at most `max_steps` batches if > 0); returns job-wide sums.
 
     Times the wait for each batch (data) separately from forward/backward/step (compute).
+    A NaN or inf loss raises `NonFiniteLossError` naming `desc`, the step (0-based, within
+    the epoch) and the first non-finite input or parameter, before it reaches the weights.
     Under DDP the epoch runs inside `Join`, so ranks with fewer batches do not hang.
 
     Args:
@@ -128,9 +131,11 @@ def train_epoch(
                 break
             optimizer.zero_grad(set_to_none=True)
             res = objective(model, batch)
+            loss = float(res.loss.detach())
+            check_loss(loss, model, batch, f"{desc}, step {int(stats.steps)}")
             res.loss.backward()
             optimizer.step()
-            stats.add(float(res.loss.detach()), res.correct, res.count, res.edges)
+            stats.add(loss, res.correct, res.count, res.edges)
             stats.data_wait_s += t1 - t0
             stats.compute_s += time.perf_counter() - t1
             rates(stats, start)
