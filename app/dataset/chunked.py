@@ -43,6 +43,7 @@ import xxhash
 
 from app.config import ConfigError
 from app.fsutil import pid_alive
+from app.labels import check_labels
 
 FORMAT = "distgnn-chunked"
 VERSION = 2  # 2: per-chunk bytes + checksum (version 1 folders are written again)
@@ -198,7 +199,8 @@ class ChunkedWriter:
         self.node_bufs[name] = [rows[size:]] if len(rows) > size else []
 
     def finish(self, symmetric: bool = False, **extra: Any) -> Path:
-        """Flush the tails, write the manifest last and install the folder at `root`."""
+        """Flush the tails, write the manifest last and install the folder at `root`; with a
+        `num_classes`, the labels written must be in range (`app.labels`)."""
         if self.edge_buf:
             self._flush_edges(sum(b.shape[1] for b in self.edge_buf))
         for name, buf in self.node_bufs.items():
@@ -212,6 +214,10 @@ class ChunkedWriter:
                     f"node array {name!r} has {rows} rows, not {self.num_nodes}"
                 )
             nodes[name] = {"dtype": self.node_dtypes[name], "chunks": chunks}
+        if extra.get("num_classes") is not None:
+            for chunk in self.node_chunks.get("y", []):
+                y = np.load(self.tmp / chunk["file"])
+                check_labels(y, int(extra["num_classes"]), self.root / chunk["file"])
         manifest = {
             "format": FORMAT,
             "version": VERSION,

@@ -55,6 +55,7 @@ from tqdm import tqdm
 
 from app.contract import SPLITS
 from app.dataset.chunked import CHUNK_EDGES, CHUNK_NODES, Buckets, ChunkedGraph
+from app.labels import check_labels
 from app.partition.order import MAX_SIZE, SWEEPS
 from app.partition.reader import (
     FORMAT_VERSION,
@@ -575,6 +576,22 @@ def quality_stats(stats: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def checked_num_classes(graph: ChunkedGraph) -> int | None:
+    """The manifest's `num_classes` (None when it has none), once every label `y` is in range
+    and no node of a split is unlabelled (`app.labels`); `LabelError` names the y chunks."""
+    num_classes = graph.manifest.get("num_classes")
+    y = graph.node_array("y")
+    if y is None or num_classes is None:
+        return num_classes
+    labelled = np.zeros(len(y), bool)
+    for split in SPLITS:
+        mask = graph.node_array(f"{split}_mask")
+        if mask is not None:
+            labelled |= mask.astype(bool)
+    check_labels(y, int(num_classes), graph.root / "nodes" / "y", labelled)
+    return int(num_classes)
+
+
 def stream_partition(
     graph: ChunkedGraph,
     root: str | os.PathLike,
@@ -619,6 +636,7 @@ def stream_partition(
             f"{num_edges:,} edges into {num_parts} parts needs ~{need:.1f} GiB; raise "
             "partition.num_parts (one part's edges must fit) or the budget"
         )
+    num_classes = checked_num_classes(graph)
     log.info(
         "stream partitioning %s: %d parts, estimated peak %.2f GiB", graph.root, num_parts, need
     )
@@ -678,6 +696,7 @@ def stream_partition(
             "params": params,
             "method": "stream",
             "relabel": relabel,
+            "num_classes": num_classes,
         }
         (tmp / META_FILE).write_text(json.dumps(meta, indent=1))
         _install(tmp, root)

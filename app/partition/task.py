@@ -140,6 +140,7 @@ def _stream(spec: PartitionSpec, data: Any, root: Path, fp: str, dataset_fp: str
     import shutil
 
     from app.dataset.chunked import ChunkedGraph, ChunkedGraphError, write_data
+    from app.labels import LabelError
     from app.partition.reader import PartitionError
     from app.partition.stream import stream_partition
 
@@ -155,7 +156,7 @@ def _stream(spec: PartitionSpec, data: Any, root: Path, fp: str, dataset_fp: str
             memory_budget_gb=p.memory_budget_gb, seed=spec.seed, overwrite=p.overwrite,
             relabel=p.relabel, order=p.order,
         )  # fmt: skip
-    except ChunkedGraphError as err:  # bad input: one line (`partition error: ...`), rc 1
+    except (ChunkedGraphError, LabelError) as err:  # bad input: one line, rc 1
         raise PartitionError(str(err)) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -163,24 +164,22 @@ def _stream(spec: PartitionSpec, data: Any, root: Path, fp: str, dataset_fp: str
 
 def write_partition(spec: PartitionSpec, data: Any, root: Path, dataset_fp: str) -> PartitionMeta:
     """`partition_graph` of `data` into `root` with the job's `partition.*` settings (or the
-    streaming partitioner, through a chunked copy of `data`, for `partition.method=stream`)."""
+    streaming partitioner, through a chunked copy of `data`, for `partition.method=stream`).
+    Labels out of range are a partition error (`app.labels`): one line, rc 1."""
+    from app.labels import LabelError
+    from app.partition.reader import PartitionError
+
     p = spec.partition
     if p.method == "stream":
         return _stream(spec, data, root, config_fingerprint(spec, dataset_fp), dataset_fp)
-    return partition_graph(
-        data,
-        root,
-        p.num_parts,
-        method=p.method,
-        recursive=p.recursive,
-        balance_train=p.balance_train,
-        balance_edges=p.balance_edges,
-        relabel=p.relabel,
-        seed=spec.seed,
-        fingerprint=dataset_fp,
-        overwrite=p.overwrite,
-        order=p.order,
-    )
+    try:
+        return partition_graph(
+            data, root, p.num_parts, method=p.method, recursive=p.recursive,
+            balance_train=p.balance_train, balance_edges=p.balance_edges, relabel=p.relabel,
+            seed=spec.seed, fingerprint=dataset_fp, overwrite=p.overwrite, order=p.order,
+        )  # fmt: skip
+    except LabelError as err:
+        raise PartitionError(str(err)) from None
 
 
 def ensure_partition(spec: PartitionSpec, data: Any = None) -> Path:
