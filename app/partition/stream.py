@@ -132,6 +132,30 @@ def stream_memory_gb(
     return BASELINE_GB + total / GIB
 
 
+def stream_disk_bytes(
+    num_nodes: int,
+    num_edges: int,
+    num_parts: int,
+    num_features: int,
+    spill: bool = True,
+    relabel: bool = False,
+    temporal: bool = False,
+) -> int:
+    """Estimated peak disk of `stream_partition` (its tmp folder, then the partition).
+
+    The parts' row / col / edge id (int64) and `edge_map.pt`: 32 B per edge; per part a CSC
+    pointer over every node id (8 B per node and part) and, temporal, every node's time; the
+    features (float32), labels, ids and node map: 4 F + 24 B per node; `relabel` adds the two
+    id maps. The neighbour spill (`spill`: 2 x 8 B per edge) is removed before the parts are
+    written, so the peak is the larger of the two.
+    """
+    per_node = 4 * num_features + 24 + (16 if relabel else 0) + 8 * num_parts
+    if temporal:
+        per_node += 8 * (num_parts + 1)
+    written = 32 * num_edges + per_node * num_nodes
+    return max(written, 16 * num_edges if spill else 0)
+
+
 def metis_memory_gb(num_nodes: int, num_edges: int, num_features: int) -> float:
     """Estimated peak of the METIS path (GiB), fitted to ogbn-products scale: 2.45M nodes,
     61.9M edges, 100 features -> 7.99 GiB measured (graph in memory + CSR + METIS)."""

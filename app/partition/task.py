@@ -135,6 +135,42 @@ def ensure_chunked(spec: PartitionSpec) -> Path:
         return write_data(load_dataset(spec.dataset, spec.seed), root)
 
 
+def check_stream_disk(spec: PartitionSpec, root: Path) -> None:
+    """Refuse, before any work, a chunked generation + stream partitioning whose files would
+    not fit (`NotEnoughSpaceError`: one line with the path, the need and the free space).
+
+    The sizes come from the existing chunked graph, or from the config for a graph still to
+    be generated (`synthetic_products`); a dataset converted from memory is measured only
+    once loaded, so it is not checked here (a disk filling up is still one line naming the file).
+    """
+    from app.dataset.chunked import ChunkedGraph, is_current
+    from app.dataset.synthetic_stream import generation_disk_bytes, num_directed_edges
+    from app.fsutil import check_free_space
+    from app.partition.stream import stream_disk_bytes
+
+    p, d = spec.partition, spec.dataset
+    chunked = chunked_graph_root(spec)
+    needs = []
+    if is_current(chunked):
+        graph = ChunkedGraph(chunked)
+        n, e, f = graph.num_nodes, graph.num_edges, graph.num_features
+        spill, temporal = not (graph.sorted_by_src and graph.symmetric), "time" in graph.node_names
+    elif d.name == "synthetic_products":
+        n, e, f, spill, temporal = (
+            d.num_nodes,
+            num_directed_edges(d),
+            d.num_features,
+            False,
+            d.temporal,
+        )
+        needs.append((chunked.parent, generation_disk_bytes(d), "generating the chunked graph"))
+    else:
+        return
+    part = stream_disk_bytes(n, e, p.num_parts, f, spill, p.relabel, temporal)
+    needs.append((root.parent, part, "stream partitioning"))
+    check_free_space(needs)
+
+
 def _stream(spec: PartitionSpec, data: Any, root: Path, fp: str, dataset_fp: str) -> PartitionMeta:
     """`partition.method=stream`: the chunked graph (of `data` when given) streamed into parts."""
     import shutil
@@ -148,6 +184,8 @@ def _stream(spec: PartitionSpec, data: Any, root: Path, fp: str, dataset_fp: str
     log.info("partition.method=stream: memory budget %s GiB", p.memory_budget_gb)
     tmp = root.parent / f"{root.name}.chunked-input"
     try:
+        if data is None:
+            check_stream_disk(spec, root)
         chunked = write_data(data, tmp) if data is not None else ensure_chunked(spec)
         return stream_partition(
             ChunkedGraph(chunked), root, p.num_parts, params=_params(spec), fingerprint=fp,
