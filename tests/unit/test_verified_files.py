@@ -81,3 +81,32 @@ def test_a_nan_parameter_ends_training_naming_it():
 def test_result_json_is_strict_json():
     text = result_json({"loss": float("nan"), "val_acc": float("inf"), "steps": 3.0})
     assert json.loads(text) == {"loss": None, "val_acc": None, "steps": 3.0}
+
+
+def test_a_rotted_dataset_cache_is_generated_again_with_a_warning(tmp_path, caplog):
+    from app.config import DatasetConfig
+    from app.dataset import load_dataset
+
+    cfg = DatasetConfig(root=str(tmp_path), num_nodes=3000, num_features=64)
+    first = load_dataset(cfg, seed=0)
+    (path,) = tmp_path.glob("*/data.pt")
+    rot(path)
+    with caplog.at_level("WARNING"):
+        again = load_dataset(cfg, seed=0)
+    (line,) = [r.getMessage() for r in caplog.records if "generating it again" in r.getMessage()]
+    assert str(path) in line and "checksum mismatch" in line, line
+    for key in ("x", "y", "edge_index", "train_mask"):
+        assert torch.equal(first[key], again[key]), key
+    assert checksum_problem(path) is None
+
+
+def test_a_rotted_link_split_is_refused_by_its_reader(tmp_path):
+    from app.partition.link import LINK_SPLIT_FILE, load_held_out
+    from app.partition.reader import PartitionError
+
+    path = tmp_path / LINK_SPLIT_FILE
+    save_checked({"val": torch.arange(600_000).view(2, -1), "test": torch.zeros(2, 5)}, path)
+    assert torch.equal(load_held_out(tmp_path)["test"], torch.zeros(2, 5))
+    rot(path)
+    with pytest.raises(PartitionError, match=f"{path}: checksum mismatch"):
+        load_held_out(tmp_path)
