@@ -36,7 +36,7 @@ def load_plain(path: Path) -> dict:
 def cached(path: Path, build: Callable[[], dict]) -> dict:
     """The dict stored at `path`, building and writing it once (under a lock) if missing, or
     again, with a warning, if it does not match the checksum written with it."""
-    if path.exists() and not checksum_problem(path):
+    if not checksum_problem(path):
         return load_plain(path)
     with file_lock(
         path.parent / ".lock", LOCK_TIMEOUT_S, "another process generating this dataset"

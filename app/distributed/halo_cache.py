@@ -95,11 +95,11 @@ def load_or_fill(
     if root is None:  # an in-memory store: fill privately
         return _fill(feature_store, graph_store, rows)
     path = cache_path(root, graph_store.partition_idx, rows)
-    if not path.exists() or checksum_problem(path):
+    if checksum_problem(path):
         with file_lock(path.with_suffix(".lock"), timeout_s, "a process filling the halo cache"):
-            problem = checksum_problem(path) if path.exists() else "missing"
+            problem = checksum_problem(path)  # another process may have filled it meanwhile
             if problem:
-                if problem != "missing":  # another process may have rebuilt it meanwhile
+                if path.exists():
                     log.warning("halo cache %s: %s; rebuilding it", path, problem)
                 cache = _fill(feature_store, graph_store, rows)
                 save_checked(_to_file(cache), path)

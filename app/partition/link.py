@@ -53,11 +53,11 @@ def ensure_link_partition(spec: PartitionSpec) -> Path:
     root, fp, dataset_fp = link_partition_root(spec)
     existing = find_existing(root, fp, spec.partition.overwrite)
     split_file = root / LINK_SPLIT_FILE
-    problem = checksum_problem(split_file) if split_file.is_file() else "missing"
+    problem = checksum_problem(split_file)
     if existing is not None and not problem:
         log.info("reusing link partition %s", root)
         return root
-    if existing is not None:
+    if existing is not None and split_file.exists():
         log.warning("%s: %s; computing it again", split_file, problem)
     from app.dataset import load_dataset
 

@@ -93,10 +93,12 @@ def _recorded_sums(sidecar: Path) -> dict[str, Any]:
 
 def checksum_problem(path: Path) -> str | None:
     """None when `path` matches the sum `save_checked` wrote beside it; else what is wrong
-    (no or unreadable sidecar, or a mismatch: bit rot keeps size and mtime, so every byte is
+    (no file, no or unreadable sidecar, or a mismatch: bit rot keeps size and mtime, so every byte is
     hashed, at GB/s)."""
     path = Path(path)
     sidecar = checksum_file(path)
+    if not path.is_file():
+        return "file missing"
     if not sidecar.is_file():
         return f"no checksum file {sidecar.name} beside it"
     sums = _recorded_sums(sidecar)
