@@ -457,3 +457,22 @@ def test_a_nan_loss_fails_the_job_in_one_line_with_the_error_tag(made, tmp_path)
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert [r.info.status for r in runs] == ["FAILED"]
     assert "non-finite training loss" in runs[0].data.tags["error"]
+
+
+@pytest.mark.dist
+@pytest.mark.long
+def test_a_rotted_checkpoint_is_never_resumed_from(made, tmp_path):
+    """Issue 37 (1b): 400 KB of last.pt overwritten, size and mtime kept: the resumed 2-node
+    job fails in one line naming the file, before training a step on it."""
+    from tests.helpers.disk import rot
+
+    job = tmp_path / "job"
+    first = run_app(*_job_args(made, job, "train.epochs=1"), timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    ckpt = job / "checkpoints" / "last.pt"
+    rot(ckpt)
+    resumed = run_app(*_job_args(made, job, "train.epochs=2", "train.resume=true"), timeout=300)
+    assert resumed.returncode == 1, resumed.stderr[-2000:]
+    (line,) = resumed.stderr.strip().splitlines()[-1:]
+    assert f"CheckpointError: {ckpt}: checksum mismatch" in line, line
+    assert "refusing to resume" in line and not (job / "result.json").exists()
