@@ -5,7 +5,9 @@ Atomic: a reader sees the old file or the complete new one, never a half-written
 the data goes to a unique temp file in the same directory and is renamed over the target. A
 write that fails for want of space (ENOSPC / EDQUOT, or torch.save's errno-less "[enforce fail
 at inline_container.cc...]") becomes one line naming the file and the free space left
-(`DiskFullError`), and its temp file is removed.
+(`DiskFullError`), and its temp file is removed; `full_disk_named` does the same for any
+other writer (numpy's chunks). `check_free_space` refuses, before a stage starts, what would
+not fit.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -70,19 +72,67 @@ class DiskFullError(OSError):
         return str(self.strerror)
 
 
+class NotEnoughSpaceError(DiskFullError):
+    """Refused before writing: the bytes a stage would write exceed the free space."""
+
+    def __init__(self, where: str, need_mib: float, free: float, what: str) -> None:
+        OSError.__init__(
+            self,
+            errno.ENOSPC,
+            f"not enough disk for {what} under {where}: needs ~{need_mib:,.0f} MiB, "
+            f"{free:,.0f} MiB free: free some space, or point it (the path's setting: "
+            "dataset.root, partition.root, output_dir) at a larger disk",
+        )
+
+
 def is_write_failure(err: BaseException) -> bool:
-    """ENOSPC / EDQUOT / EFBIG, or torch.save's errno-less failure ("[enforce fail at ...")."""
+    """ENOSPC / EDQUOT / EFBIG, torch.save's errno-less failure ("[enforce fail at ..."), or
+    numpy's errno-less short write ("664383 requested and 145731 written")."""
     if isinstance(err, OSError):
+        if err.errno is None and re.search(r"\d+ requested and \d+ written", str(err)):
+            return True
         return err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
     return isinstance(err, RuntimeError) and any(s in str(err) for s in _WRITE_FAILED)
 
 
+@contextmanager
+def full_disk_named(path: Path) -> Iterator[None]:
+    """Writes of `path` inside the block that fail for want of space raise `DiskFullError`
+    naming it and the free space (numpy's and the OS's errors name neither)."""
+    try:
+        yield
+    except (OSError, RuntimeError) as err:
+        if isinstance(err, DiskFullError) or not is_write_failure(err):
+            raise
+        raise DiskFullError(path) from None
+
+
+def check_free_space(needs: list[tuple[Path, float, str]]) -> None:
+    """Refuse (`NotEnoughSpaceError`, one line) when what is to be written does not fit:
+    `needs` = (folder, bytes, what) per stage; stages on one file system add up."""
+    by_device: dict[int, list[tuple[Path, float, str]]] = {}
+    for folder, size, what in needs:
+        by_device.setdefault(_existing(folder).stat().st_dev, []).append((folder, size, what))
+    for group in by_device.values():
+        need = sum(size for _, size, _ in group) / 2**20
+        free = free_mib(group[0][0])
+        if need > free:
+            folders = " and ".join(dict.fromkeys(str(f) for f, _, _ in group))
+            what = " + ".join(w for _, _, w in group)
+            raise NotEnoughSpaceError(folders, need, free, what)
+
+
 def free_mib(where: Path) -> float:
     """Free space (MiB) of the file system holding `where` (or its nearest existing parent)."""
+    return shutil.disk_usage(_existing(where)).free / 2**20
+
+
+def _existing(where: Path) -> Path:
+    """`where`, or its nearest existing parent (a folder not made yet)."""
     path = Path(where).resolve()
     while not path.exists() and path != path.parent:
         path = path.parent
-    return shutil.disk_usage(path).free / 2**20
+    return path
 
 
 _HOST = socket.gethostname()
@@ -129,8 +179,11 @@ def write_text_atomic(path: Path, text: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def torch_save_atomic(obj: Any, path: Path) -> None:
-    """`torch.save(obj)` to `path` atomically."""
+def torch_save_atomic(
+    obj: Any, path: Path, before_replace: Callable[[Path], None] | None = None
+) -> None:
+    """`torch.save(obj)` to `path` atomically; `before_replace(temp file)` runs once the bytes
+    are written, before the rename (`app.partition.reader.save_checked` records their sum)."""
     import torch
 
     path = Path(path)
@@ -138,6 +191,8 @@ def torch_save_atomic(obj: Any, path: Path) -> None:
     tmp = _temp_beside(path)
     try:
         torch.save(obj, tmp)
+        if before_replace is not None:
+            before_replace(tmp)
         os.replace(tmp, path)
     except (OSError, RuntimeError) as err:
         if not is_write_failure(err):

@@ -6,7 +6,9 @@ Layout: `<cfg.root>/<name>-<fingerprint>/data.pt` (`app.dataset.files.cache_path
 
 Concurrency: the first process to take `<dir>/.lock` (fcntl, with a timeout) generates and writes
 `data.pt` through a unique temp file + `os.replace`; the others wait for the lock, then read the
-finished file. Readers never see a half-written file because the rename is atomic.
+finished file. Readers never see a half-written file because the rename is atomic. The file's
+xxh3 is written beside it (`data.pt.xxh3`) and checked before each load: a cache that does not
+match (bit rot, an edit, one written before checksums) is generated again, with a warning.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from pathlib import Path
 
 import torch
 
-from app.fsutil import file_lock, torch_save_atomic
+from app.fsutil import file_lock
+from app.partition.reader import checksum_problem, save_checked
 
 log = logging.getLogger(__name__)
 
@@ -31,16 +34,20 @@ def load_plain(path: Path) -> dict:
 
 
 def cached(path: Path, build: Callable[[], dict]) -> dict:
-    """The dict stored at `path`, building and writing it once (under a lock) if missing."""
-    if path.exists():
+    """The dict stored at `path`, building and writing it once (under a lock) if missing, or
+    again, with a warning, if it does not match the checksum written with it."""
+    if not checksum_problem(path):
         return load_plain(path)
     with file_lock(
         path.parent / ".lock", LOCK_TIMEOUT_S, "another process generating this dataset"
     ):
-        if path.exists():  # another process wrote it while we waited
-            return load_plain(path)
+        if path.exists():  # another process may have written it while we waited
+            problem = checksum_problem(path)
+            if not problem:
+                return load_plain(path)
+            log.warning("dataset cache %s: %s; generating it again", path, problem)
         start = time.perf_counter()
         obj = build()
-        torch_save_atomic(obj, path)
+        save_checked(obj, path)
         log.info("generated %s in %.1fs", path, time.perf_counter() - start)
     return obj

@@ -42,7 +42,8 @@ import numpy as np
 import xxhash
 
 from app.config import ConfigError
-from app.fsutil import pid_alive
+from app.fsutil import full_disk_named, pid_alive
+from app.labels import check_labels
 
 FORMAT = "distgnn-chunked"
 VERSION = 2  # 2: per-chunk bytes + checksum (version 1 folders are written again)
@@ -107,7 +108,8 @@ _HEADER_READERS = {
 
 def _save_chunk(path: Path, array: np.ndarray) -> dict[str, Any]:
     """`np.save` plus the manifest fields that let a reader trust the file: bytes, xxh3."""
-    np.save(path, array)
+    with full_disk_named(path):
+        np.save(path, array)
     h = xxhash.xxh3_64()
     with open(path, "rb") as fh:
         while block := fh.read(1 << 24):
@@ -118,6 +120,15 @@ def _save_chunk(path: Path, array: np.ndarray) -> dict[str, Any]:
 def id_dtype(num_nodes: int) -> np.dtype:
     """The narrowest id type for `num_nodes` (int32 halves the disk and page cache)."""
     return np.dtype(np.int32 if num_nodes < 2**31 else np.int64)
+
+
+def disk_bytes(num_nodes: int, num_edges: int, num_features: int, temporal: bool) -> int:
+    """Bytes of a chunked graph's files: edge ids, float32 `x`, int64 `y`, three bool masks,
+    int64 `time` (temporal), and a .npy header per chunk (the manifest is a few KB)."""
+    edges = 2 * id_dtype(num_nodes).itemsize * num_edges
+    per_node = 4 * num_features + 8 + 3 + (8 if temporal else 0)
+    chunks = -(-num_edges // CHUNK_EDGES) + 6 * -(-num_nodes // CHUNK_NODES)
+    return edges + per_node * num_nodes + 128 * chunks
 
 
 class ChunkedWriter:
@@ -198,7 +209,8 @@ class ChunkedWriter:
         self.node_bufs[name] = [rows[size:]] if len(rows) > size else []
 
     def finish(self, symmetric: bool = False, **extra: Any) -> Path:
-        """Flush the tails, write the manifest last and install the folder at `root`."""
+        """Flush the tails, write the manifest last and install the folder at `root`; with a
+        `num_classes`, the labels written must be in range (`app.labels`)."""
         if self.edge_buf:
             self._flush_edges(sum(b.shape[1] for b in self.edge_buf))
         for name, buf in self.node_bufs.items():
@@ -212,6 +224,10 @@ class ChunkedWriter:
                     f"node array {name!r} has {rows} rows, not {self.num_nodes}"
                 )
             nodes[name] = {"dtype": self.node_dtypes[name], "chunks": chunks}
+        if extra.get("num_classes") is not None:
+            for chunk in self.node_chunks.get("y", []):
+                y = np.load(self.tmp / chunk["file"])
+                check_labels(y, int(extra["num_classes"]), self.root / chunk["file"])
         manifest = {
             "format": FORMAT,
             "version": VERSION,
@@ -223,7 +239,8 @@ class ChunkedWriter:
             "nodes": nodes,
             **extra,
         }
-        (self.tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        with full_disk_named(self.tmp / MANIFEST):
+            (self.tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
         old = self.root.parent / f"{self.root.name}.old-{os.getpid()}"
         if self.root.exists():
             os.replace(self.root, old)
@@ -265,8 +282,21 @@ class ChunkedGraph:
             yield from array["chunks"]
 
     def _check_sizes(self) -> None:
-        """Every chunk present with the manifest's byte count: a truncated or missing chunk is
-        one line here, before the first pass, not a crash minutes into partitioning."""
+        """Every chunk present with the manifest's byte count, and the chunks' counts adding up
+        to its `num_nodes` / `num_edges`: a truncated or missing chunk or an edited count is one
+        line here, before the first pass, not a crash minutes into partitioning."""
+        path = self.root / MANIFEST
+        counts = {"edges": (self.manifest["edges"], self.num_edges)}
+        counts |= {
+            f"node array {k!r}": (a, self.num_nodes) for k, a in self.manifest["nodes"].items()
+        }
+        for what, (array, want) in counts.items():
+            got = sum(int(c["count"]) for c in array["chunks"])
+            if got != want:
+                key = "num_edges" if what == "edges" else "num_nodes"
+                raise ChunkedGraphError(
+                    f"{path}: {key}={want} but the chunks of its {what} hold {got}; {REWRITE_HINT}"
+                )
         for chunk in self._chunks():
             path = self.root / chunk["file"]
             try:
@@ -391,7 +421,7 @@ class Buckets:
         for b in range(self.count):
             lo, hi = bounds[b], bounds[b + 1]
             if hi > lo:
-                with open(self.path(b), "ab") as fh:
+                with full_disk_named(self.path(b)), open(self.path(b), "ab") as fh:
                     keys[order[lo:hi]].tofile(fh)
 
     def read(self, b: int) -> np.ndarray:
@@ -399,7 +429,8 @@ class Buckets:
         return np.fromfile(path, dtype=np.int64) if path.exists() else np.empty(0, np.int64)
 
     def write(self, b: int, keys: np.ndarray) -> None:
-        keys.tofile(self.path(b))
+        with full_disk_named(self.path(b)):
+            keys.tofile(self.path(b))
 
 
 def write_data(

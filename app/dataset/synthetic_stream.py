@@ -28,7 +28,7 @@ import numpy as np
 from tqdm import tqdm
 
 from app.config import DatasetConfig
-from app.dataset.chunked import CHUNK_EDGES, Buckets, ChunkedWriter
+from app.dataset.chunked import CHUNK_EDGES, Buckets, ChunkedWriter, disk_bytes
 from app.dataset.synthetic import (
     CHUNK,
     FEATURE_NOISE,
@@ -157,6 +157,19 @@ def write_features(
         noise *= sigma
         noise += means[y[lo:hi]]
         out.add_nodes("x", noise.astype(dtype, copy=False))
+
+
+def num_directed_edges(cfg: DatasetConfig) -> int:
+    """Edges of the generated graph: both directions of each undirected pair."""
+    n = cfg.num_nodes
+    return 2 * min(int(round(n * cfg.avg_degree / 2)), n * (n - 1) // 2)
+
+
+def generation_disk_bytes(cfg: DatasetConfig) -> int:
+    """Peak disk of `generate_products_chunked`: the chunked graph, plus its spill files
+    (~2 x 8 bytes per directed edge, beside it until the end)."""
+    e = num_directed_edges(cfg)
+    return disk_bytes(cfg.num_nodes, e, cfg.num_features, cfg.temporal) + 16 * e
 
 
 def generate_products_chunked(cfg: DatasetConfig, seed: int, root: str | os.PathLike) -> Path:

@@ -5,13 +5,16 @@ often as it appears among the partition's in-edges: halo nodes are ranked by tha
 in-degree from owned nodes, ties by id) and the top `rows` are cached. The cache is filled ONCE
 per partition and cache size, by the first process of the node that needs it (under a file
 lock), with one batched fetch from the owners, and written next to the partition
-(`<root>/cache/halo_p<part>_<rows>.pt`, atomically); every process of the node then maps that
+(`<root>/cache/halo_p<part>_<rows>.pt`, atomically, with its checksum beside it); every process of the node then maps that
 file, so the rows are held once per node in the shared page cache. `LocalFeatureStore.fetch`
-serves cached rows before it asks any remote owner for the rest.
+serves cached rows before it asks any remote owner for the rest. Each process hashes the
+file before it maps it: one that does not match its checksum (bit rot, an edit, a cache
+written before checksums) is rebuilt, with a warning line.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +23,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from app.fsutil import file_lock, torch_save_atomic
+from app.fsutil import file_lock
+from app.partition.reader import checksum_problem, save_checked
+
+log = logging.getLogger("distgnn")
 
 FILL_CHUNK = 65536  # rows per remote fetch while filling (bounded RPC messages)
 
@@ -89,11 +95,14 @@ def load_or_fill(
     if root is None:  # an in-memory store: fill privately
         return _fill(feature_store, graph_store, rows)
     path = cache_path(root, graph_store.partition_idx, rows)
-    if not path.exists():
+    if checksum_problem(path):
         with file_lock(path.with_suffix(".lock"), timeout_s, "a process filling the halo cache"):
-            if not path.exists():
+            problem = checksum_problem(path)  # another process may have filled it meanwhile
+            if problem:
+                if path.exists():
+                    log.warning("halo cache %s: %s; rebuilding it", path, problem)
                 cache = _fill(feature_store, graph_store, rows)
-                torch_save_atomic(_to_file(cache), path)
+                save_checked(_to_file(cache), path)
     return _from_file(torch.load(path, weights_only=True, mmap=True))
 
 

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from app.config import ClusterConfig, ConfigError
-from app.fsutil import free_mib, is_write_failure
+from app.fsutil import DiskFullError, free_mib, is_write_failure
 from app.launch.plan import EnvPlan, LocalPlan, Ports, ProcessPlan
 from app.partition.reader import META_FILE, PartitionError, read_meta, verify_partition
 from app.partition.spec import PartitionSpec
@@ -72,8 +72,8 @@ def disk_full_as_one_line(where: Path) -> Iterator[None]:
     try:
         yield
     except (OSError, RuntimeError) as err:
-        if not is_write_failure(err):
-            raise
+        if isinstance(err, DiskFullError) or not is_write_failure(err):
+            raise  # already one line naming the file
         raise OSError(
             errno.ENOSPC,
             f"no space left on device writing under {where} ({free_mib(where):.0f} MiB free "

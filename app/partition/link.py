@@ -2,7 +2,8 @@
 
 A distributed link job partitions the message graph (`ensure_link_partition`, called by the
 launcher) and stores the held-out edges in
-`<root>/link_split.pt`, in the partition's node ids (a relabelled partition's new ids). The
+`<root>/link_split.pt`, in the partition's node ids (a relabelled partition's new ids), with
+its checksum beside it (recomputed when it does not match, refused by a trainer). The
 partition's dataset fingerprint carries the split
 (`<dataset fp>-link<version>-s<seed>`) and its folder ends in `-link`, so it never clashes with
 the node-classification partition of the same dataset.
@@ -18,7 +19,7 @@ from torch import Tensor
 from torch_geometric.data import HeteroData
 
 from app.dataset.link_split import HETERO_LINK_TYPE, SPLIT_VERSION, EdgeType, link_split
-from app.fsutil import torch_save_atomic
+from app.partition.reader import PartitionError, checksum_problem, save_checked
 from app.partition.spec import PartitionSpec
 
 log = logging.getLogger("distgnn")
@@ -51,9 +52,13 @@ def ensure_link_partition(spec: PartitionSpec) -> Path:
 
     root, fp, dataset_fp = link_partition_root(spec)
     existing = find_existing(root, fp, spec.partition.overwrite)
-    if existing is not None and (root / LINK_SPLIT_FILE).is_file():
+    split_file = root / LINK_SPLIT_FILE
+    problem = checksum_problem(split_file)
+    if existing is not None and not problem:
         log.info("reusing link partition %s", root)
         return root
+    if existing is not None and split_file.exists():
+        log.warning("%s: %s; computing it again", split_file, problem)
     from app.dataset import load_dataset
 
     graph, splits = link_split(load_dataset(spec.dataset, spec.seed), spec.seed)
@@ -61,7 +66,7 @@ def ensure_link_partition(spec: PartitionSpec) -> Path:
         write_partition(spec, graph, root, dataset_fp)
     edge_type = HETERO_LINK_TYPE if isinstance(graph, HeteroData) else None
     held_out = {k: partition_ids(root, splits[k], edge_type).contiguous() for k in ("val", "test")}
-    torch_save_atomic(held_out, root / LINK_SPLIT_FILE)
+    save_checked(held_out, root / LINK_SPLIT_FILE)
     return root
 
 
@@ -81,10 +86,14 @@ def partition_ids(root: Path, edges: Tensor, edge_type: EdgeType | None) -> Tens
 
 
 def load_held_out(root: str | Path) -> dict[str, Tensor]:
-    """The val / test positives `ensure_link_partition` stored beside the partition."""
+    """The val / test positives `ensure_link_partition` stored beside the partition, once they
+    match the checksum written with them (`PartitionError` naming the file if not)."""
     from app.partition.reader import torch_load
 
     path = Path(root) / LINK_SPLIT_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: partition {root} was not made for links")
+    problem = checksum_problem(path)
+    if problem:
+        raise PartitionError(f"{path}: {problem}; run the job again to compute it anew")
     return torch_load(path)

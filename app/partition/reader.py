@@ -30,6 +30,7 @@ from app.partition.book import (
 FORMAT_VERSION = 1
 META_FILE = "META.json"
 VERIFIED_FILE = ".verified.json"  # files whose checksums matched (see verify_files)
+CHECKSUM_SUFFIX = ".xxh3"  # sidecar of a file outside META.json (see save_checked)
 REPARTITION_HINT = (
     "partition again into a new folder (`python -m app task=partition partition.root=NEW ...`), "
     "then remove the damaged one"
@@ -55,6 +56,57 @@ def file_checksum(path: Path) -> str:
         while chunk := f.read(_CHUNK):
             h.update(chunk)
     return h.hexdigest()
+
+
+def checksum_file(path: Path) -> Path:
+    """The sidecar holding the checksum of a file that lives outside META.json (`<name>.xxh3`)."""
+    return path.with_name(path.name + CHECKSUM_SUFFIX)
+
+
+def save_checked(obj: Any, path: Path) -> None:
+    """`torch.save(obj)` to `path` atomically, with its xxh3 in the sidecar (`checksum_file`).
+
+    The sidecar is written before the file is renamed into place and keeps the sum it held
+    before (`previous`): a writer killed between the two renames leaves the old, intact file,
+    which still matches. For the files a job writes and loads again outside a partition's
+    META.json (halo caches, checkpoints); `checksum_problem` verifies them on load.
+    """
+    from app.fsutil import torch_save_atomic, write_text_atomic
+
+    path = Path(path)
+    sidecar = checksum_file(path)
+
+    def record(tmp: Path) -> None:
+        sums = {"xxh3": file_checksum(tmp), "previous": _recorded_sums(sidecar).get("xxh3")}
+        write_text_atomic(sidecar, json.dumps(sums))
+
+    torch_save_atomic(obj, path, before_replace=record)
+
+
+def _recorded_sums(sidecar: Path) -> dict[str, Any]:
+    try:
+        sums = json.loads(sidecar.read_text())
+    except (OSError, ValueError):
+        return {}
+    return sums if isinstance(sums, dict) else {}
+
+
+def checksum_problem(path: Path) -> str | None:
+    """None when `path` matches the sum `save_checked` wrote beside it; else what is wrong
+    (no file, no or unreadable sidecar, or a mismatch: bit rot keeps size and mtime, so every byte is
+    hashed, at GB/s)."""
+    path = Path(path)
+    sidecar = checksum_file(path)
+    if not path.is_file():
+        return "file missing"
+    if not sidecar.is_file():
+        return f"no checksum file {sidecar.name} beside it"
+    sums = _recorded_sums(sidecar)
+    if not isinstance(sums.get("xxh3"), str):
+        return f"unreadable checksum file {sidecar.name}"
+    if file_checksum(path) in (sums["xxh3"], sums.get("previous")):
+        return None
+    return f"checksum mismatch with {sidecar.name} (corrupt or edited)"
 
 
 def torch_load(path: Path) -> Any:

@@ -55,6 +55,7 @@ from tqdm import tqdm
 
 from app.contract import SPLITS
 from app.dataset.chunked import CHUNK_EDGES, CHUNK_NODES, Buckets, ChunkedGraph
+from app.labels import check_labels
 from app.partition.order import MAX_SIZE, SWEEPS
 from app.partition.reader import (
     FORMAT_VERSION,
@@ -129,6 +130,30 @@ def stream_memory_gb(
     if spill:  # neighbour lists regrouped: one sorted bucket of keys and its quotients
         total += 3 * 8 * min(SPILL_KEYS, 2 * num_edges)
     return BASELINE_GB + total / GIB
+
+
+def stream_disk_bytes(
+    num_nodes: int,
+    num_edges: int,
+    num_parts: int,
+    num_features: int,
+    spill: bool = True,
+    relabel: bool = False,
+    temporal: bool = False,
+) -> int:
+    """Estimated peak disk of `stream_partition` (its tmp folder, then the partition).
+
+    The parts' row / col / edge id (int64) and `edge_map.pt`: 32 B per edge; per part a CSC
+    pointer over every node id (8 B per node and part) and, temporal, every node's time; the
+    features (float32), labels, ids and node map: 4 F + 24 B per node; `relabel` adds the two
+    id maps. The neighbour spill (`spill`: 2 x 8 B per edge) is removed before the parts are
+    written, so the peak is the larger of the two.
+    """
+    per_node = 4 * num_features + 24 + (16 if relabel else 0) + 8 * num_parts
+    if temporal:
+        per_node += 8 * (num_parts + 1)
+    written = 32 * num_edges + per_node * num_nodes
+    return max(written, 16 * num_edges if spill else 0)
 
 
 def metis_memory_gb(num_nodes: int, num_edges: int, num_features: int) -> float:
@@ -575,6 +600,22 @@ def quality_stats(stats: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def checked_num_classes(graph: ChunkedGraph) -> int | None:
+    """The manifest's `num_classes` (None when it has none), once every label `y` is in range
+    and no node of a split is unlabelled (`app.labels`); `LabelError` names the y chunks."""
+    num_classes = graph.manifest.get("num_classes")
+    y = graph.node_array("y")
+    if y is None or num_classes is None:
+        return num_classes
+    labelled = np.zeros(len(y), bool)
+    for split in SPLITS:
+        mask = graph.node_array(f"{split}_mask")
+        if mask is not None:
+            labelled |= mask.astype(bool)
+    check_labels(y, int(num_classes), graph.root / "nodes" / "y", labelled)
+    return int(num_classes)
+
+
 def stream_partition(
     graph: ChunkedGraph,
     root: str | os.PathLike,
@@ -619,6 +660,7 @@ def stream_partition(
             f"{num_edges:,} edges into {num_parts} parts needs ~{need:.1f} GiB; raise "
             "partition.num_parts (one part's edges must fit) or the budget"
         )
+    num_classes = checked_num_classes(graph)
     log.info(
         "stream partitioning %s: %d parts, estimated peak %.2f GiB", graph.root, num_parts, need
     )
@@ -678,6 +720,7 @@ def stream_partition(
             "params": params,
             "method": "stream",
             "relabel": relabel,
+            "num_classes": num_classes,
         }
         (tmp / META_FILE).write_text(json.dumps(meta, indent=1))
         _install(tmp, root)

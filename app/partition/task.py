@@ -136,11 +136,48 @@ def ensure_chunked(spec: PartitionSpec) -> Path:
         return write_data(load_dataset(spec.dataset, spec.seed), root)
 
 
+def check_stream_disk(spec: PartitionSpec, root: Path) -> None:
+    """Refuse, before any work, a chunked generation + stream partitioning whose files would
+    not fit (`NotEnoughSpaceError`: one line with the path, the need and the free space).
+
+    The sizes come from the existing chunked graph, or from the config for a graph still to
+    be generated (`synthetic_products`); a dataset converted from memory is measured only
+    once loaded, so it is not checked here (a disk filling up is still one line naming the file).
+    """
+    from app.dataset.chunked import ChunkedGraph, is_current
+    from app.dataset.synthetic_stream import generation_disk_bytes, num_directed_edges
+    from app.fsutil import check_free_space
+    from app.partition.stream import stream_disk_bytes
+
+    p, d = spec.partition, spec.dataset
+    chunked = chunked_graph_root(spec)
+    needs = []
+    if is_current(chunked):
+        graph = ChunkedGraph(chunked)
+        n, e, f = graph.num_nodes, graph.num_edges, graph.num_features
+        spill, temporal = not (graph.sorted_by_src and graph.symmetric), "time" in graph.node_names
+    elif d.name == "synthetic_products":
+        n, e, f, spill, temporal = (
+            d.num_nodes,
+            num_directed_edges(d),
+            d.num_features,
+            False,
+            d.temporal,
+        )
+        needs.append((chunked.parent, generation_disk_bytes(d), "generating the chunked graph"))
+    else:
+        return
+    part = stream_disk_bytes(n, e, p.num_parts, f, spill, p.relabel, temporal)
+    needs.append((root.parent, part, "stream partitioning"))
+    check_free_space(needs)
+
+
 def _stream(spec: PartitionSpec, data: Any, root: Path, fp: str, dataset_fp: str) -> PartitionMeta:
     """`partition.method=stream`: the chunked graph (of `data` when given) streamed into parts."""
     import shutil
 
     from app.dataset.chunked import ChunkedGraph, ChunkedGraphError, write_data
+    from app.labels import LabelError
     from app.partition.reader import PartitionError
     from app.partition.stream import stream_partition
 
@@ -148,6 +185,8 @@ def _stream(spec: PartitionSpec, data: Any, root: Path, fp: str, dataset_fp: str
     log.info("partition.method=stream: memory budget %s GiB", p.memory_budget_gb)
     tmp = root.parent / f"{root.name}.chunked-input"
     try:
+        if data is None:
+            check_stream_disk(spec, root)
         chunked = write_data(data, tmp) if data is not None else ensure_chunked(spec)
         return stream_partition(
             ChunkedGraph(chunked), root, p.num_parts, params=_params(spec), fingerprint=fp,
@@ -156,7 +195,7 @@ def _stream(spec: PartitionSpec, data: Any, root: Path, fp: str, dataset_fp: str
             memory_budget_gb=p.memory_budget_gb, seed=spec.seed, overwrite=p.overwrite,
             relabel=p.relabel, order=p.order,
         )  # fmt: skip
-    except ChunkedGraphError as err:  # bad input: one line (`partition error: ...`), rc 1
+    except (ChunkedGraphError, LabelError) as err:  # bad input: one line, rc 1
         raise PartitionError(str(err)) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -164,24 +203,22 @@ def _stream(spec: PartitionSpec, data: Any, root: Path, fp: str, dataset_fp: str
 
 def write_partition(spec: PartitionSpec, data: Any, root: Path, dataset_fp: str) -> PartitionMeta:
     """`partition_graph` of `data` into `root` with the job's `partition.*` settings (or the
-    streaming partitioner, through a chunked copy of `data`, for `partition.method=stream`)."""
+    streaming partitioner, through a chunked copy of `data`, for `partition.method=stream`).
+    Labels out of range are a partition error (`app.labels`): one line, rc 1."""
+    from app.labels import LabelError
+    from app.partition.reader import PartitionError
+
     p = spec.partition
     if p.method == "stream":
         return _stream(spec, data, root, config_fingerprint(spec, dataset_fp), dataset_fp)
-    return partition_graph(
-        data,
-        root,
-        p.num_parts,
-        method=p.method,
-        recursive=p.recursive,
-        balance_train=p.balance_train,
-        balance_edges=p.balance_edges,
-        relabel=p.relabel,
-        seed=spec.seed,
-        fingerprint=dataset_fp,
-        overwrite=p.overwrite,
-        order=p.order,
-    )
+    try:
+        return partition_graph(
+            data, root, p.num_parts, method=p.method, recursive=p.recursive,
+            balance_train=p.balance_train, balance_edges=p.balance_edges, relabel=p.relabel,
+            seed=spec.seed, fingerprint=dataset_fp, overwrite=p.overwrite, order=p.order,
+        )  # fmt: skip
+    except LabelError as err:
+        raise PartitionError(str(err)) from None
 
 
 def ensure_partition(spec: PartitionSpec, data: Any = None) -> Path:

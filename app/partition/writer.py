@@ -81,6 +81,7 @@ from tqdm import tqdm
 
 from app.contract import SPLITS
 from app.fsutil import pid_alive
+from app.labels import check_labels
 from app.partition.assign import assign_nodes, symmetric_csr
 from app.partition.order import locality_key
 from app.partition.reader import (
@@ -467,6 +468,7 @@ def partition_graph(
     tmp.mkdir()
     try:
         view = _View.of(data)
+        num_classes = checked_num_classes(data, view, root)
         kw = dict(recursive=recursive, balance_train=balance_train, balance_edges=balance_edges)
         flat = _homogeneous(view)
         # the locality order's adjacency; METIS reads the same one instead of building its own
@@ -482,6 +484,7 @@ def partition_graph(
             params=params,
             method=method,
             relabel=relabel,
+            num_classes=num_classes,
         )
         meta["stats"].update(time_s=time.perf_counter() - start, peak_rss_gb=peak_rss_gb())
         (tmp / META_FILE).write_text(json.dumps(meta, indent=1))
@@ -491,6 +494,25 @@ def partition_graph(
         raise
     print(format_stats(meta["stats"]), flush=True)
     return PartitionMeta.from_dict(root, read_meta(root), reused=False)
+
+
+def checked_num_classes(data: Any, view: _View, root: Path) -> int | None:
+    """`data`'s declared `num_classes` (None when undeclared: then only the unlabelled rule is
+    checked), once every node type's `y` is in range (`app.labels`); `LabelError` if not."""
+    declared = getattr(data, "num_classes", None)
+    for t in view.nodes:
+        y = view.node_attr(t, "y")
+        if y is None or y.is_floating_point() or y.numel() != y.size(0):
+            continue  # no labels, or not one class per node
+        labelled = torch.zeros(y.size(0), dtype=torch.bool)
+        for split in SPLITS:
+            mask = view.node_attr(t, f"{split}_mask")
+            if mask is not None:
+                labelled |= mask.bool()
+        bound = int(declared) if declared is not None else int(y.max()) + 1 if y.numel() else 0
+        where = f"labels y{'' if t is None else f' of {t}'} (partitioning into {root})"
+        check_labels(y, bound, where, labelled)
+    return None if declared is None else int(declared)
 
 
 def _write_all(

@@ -11,7 +11,9 @@ from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
 from app.config import Config, kernels_forced
+from app.contract import SPLITS
 from app.dataset.link_split import link_split, link_type
+from app.labels import check_labels
 from app.placement import resolve_device
 from app.task.source import EdgeType, GraphSource, Schema, eval_cap
 from app.task.tables import LocalTables, Tables
@@ -19,8 +21,22 @@ from app.task.tables import LocalTables, Tables
 log = logging.getLogger("distgnn.train")
 
 
-def _max_label(y: Tensor | None) -> int:
-    return int(y.max()) + 1 if y is not None and y.numel() else 0
+def _num_classes(data: Data | HeteroData, store: Any) -> int:
+    """The dataset's declared class count (its generator's `dataset.num_classes`) once the
+    labels of `store` are in range (`app.labels`); a bare graph without one: max label + 1."""
+    y = store.get("y") if store is not None else None
+    if y is None or not y.numel():
+        return 0
+    declared = getattr(data, "num_classes", None)
+    if declared is None:
+        return int(y.max()) + 1
+    labelled = None
+    for split in SPLITS:
+        mask = store.get(f"{split}_mask")
+        if mask is not None:
+            labelled = mask if labelled is None else labelled | mask
+    check_labels(y, int(declared), "the dataset's labels y", labelled)
+    return int(declared)
 
 
 class LocalSource(GraphSource):
@@ -38,9 +54,7 @@ class LocalSource(GraphSource):
     def schema(self) -> Schema:
         d = self.data
         if not isinstance(d, HeteroData):
-            return Schema(
-                [], [], {"": d.num_nodes}, {"": d.x.size(1)}, _max_label(d.get("y")), None
-            )
+            return Schema([], [], {"": d.num_nodes}, {"": d.x.size(1)}, _num_classes(d, d), None)
         labelled = [t for t in d.node_types if "y" in d[t] and "train_mask" in d[t]]
         target = labelled[0] if len(labelled) == 1 else None
         return Schema(
@@ -48,7 +62,7 @@ class LocalSource(GraphSource):
             list(d.edge_types),
             {t: int(d[t].num_nodes) for t in d.node_types},
             {t: int(d[t].x.size(1)) for t in d.node_types if "x" in d[t]},
-            _max_label(d[target].y) if target else 0,
+            _num_classes(d, d[target] if target else None),
             target,
         )
 

@@ -4,8 +4,10 @@ Seeds: the node's seeds cut into contiguous shares across its trainers. Link pos
 = the edges stored in this part (every edge lives with its destination's owner; heterogeneous:
 those of `HETERO_LINK_TYPE`) cut across the node's trainers; val / test = the held-out edges
 (`link_split.pt`) cut across all trainers.
-The class count is the largest label over every partition (all-reduced), so every rank builds
-the same model. The first loader joins the job's RPC group.
+The class count is the one the partition's META.json records (its dataset's), else
+`dataset.num_classes`, never the largest label: every rank builds the same model, and each
+checks its part's labels against it (`app.labels`) before training. The first loader joins the
+job's RPC group.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from app.dataset.link_split import HETERO_LINK_TYPE
 from app.distributed.context import DistContext
 from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.graph_store import LocalGraphStore
+from app.labels import check_labels
 from app.partition.link import load_held_out
 from app.partition.reader import load_partition, load_partition_book
 from app.placement import trainer_device
@@ -58,7 +61,7 @@ class PartitionSource(GraphSource):
             f = feats["feats"]
             return Schema(
                 [], [], {"": int(meta["num_nodes"])}, {"": int(f["x"].size(1))},
-                _num_classes(f.get("y")), None,
+                self._num_classes(f.get("y"), part.node_feats["global_id"], None), None,
             )  # fmt: skip
         labelled = [t for t, nf in feats.items() if "y" in nf["feats"]]
         labelled = [t for t in labelled if t in part.seeds.get("train", {})]
@@ -68,9 +71,29 @@ class PartitionSource(GraphSource):
             [tuple(et) for et in meta["edge_types"]],
             {t: int(n) for t, n in meta["num_nodes"].items()},
             {t: int(nf["feats"]["x"].size(1)) for t, nf in feats.items() if "x" in nf["feats"]},
-            _num_classes(feats[target]["feats"]["y"] if target else None),
+            self._num_classes(
+                feats[target]["feats"]["y"] if target else None,
+                feats[target]["global_id"] if target else None,
+                target,
+            ),
             target,
         )
+
+    def _num_classes(self, y: Tensor | None, global_id: Tensor | None, ntype: str | None) -> int:
+        """The class count (0 without labels anywhere), once this part's labels are in range
+        and its seeds labelled (`LabelError` naming its node_feats.pt). A collective."""
+        (top,) = all_reduce([float(y.max()) if y is not None and y.numel() else -1.0], op="max")
+        if top < 0:
+            return 0
+        meta = self.part.meta
+        num_classes = int(meta.get("num_classes") or self.cfg.dataset.num_classes)
+        if y is not None and global_id is not None and y.numel() == y.size(0):
+            seeds = [s if ntype is None else s.get(ntype) for s in self.part.seeds.values()]
+            ids = [s for s in seeds if isinstance(s, Tensor)]
+            labelled = torch.isin(global_id, torch.cat(ids)) if ids else None
+            path = self.part.root / f"part_{self.part.index}" / "node_feats.pt"
+            check_labels(y, num_classes, path, labelled)
+        return num_classes
 
     def _make_view(self) -> Any:
         from app.inference import partition_view
@@ -159,9 +182,3 @@ class PartitionSource(GraphSource):
         """DDP over the trainers (each on its device: `trainer_device`)."""
         ids = [self.device.index] if self.device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=ids, find_unused_parameters=find_unused)
-
-
-def _num_classes(y: Tensor | None) -> int:
-    """Largest label over every partition + 1 (a collective: every rank calls it)."""
-    (top,) = all_reduce([float(y.max()) if y is not None and y.numel() else -1.0], op="max")
-    return int(top) + 1

@@ -10,6 +10,9 @@ and python states; each rank restores its own, so a resumed job draws what it wo
 A mid-epoch checkpoint (`train.checkpoint_every_steps`) adds `position`: the epoch it was
 written in, the steps done in it, and each rank's running sums of that epoch (`Position`);
 `loader_epochs` then counts that epoch as not yet started, so a resume re-enters it.
+Its xxh3 is written beside it (`last.pt.xxh3`, `app.partition.reader.save_checked`) and
+verified before every read: resume is the self-healing path, so a corrupt checkpoint stops
+the job with one line instead of training on from damaged weights.
 """
 
 from __future__ import annotations
@@ -24,9 +27,13 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from app.fsutil import torch_save_atomic
+from app.partition.reader import checksum_file, checksum_problem, save_checked
 
 CHECKPOINT_NAME = "last.pt"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that does not match its checksum: resuming from it is refused."""
 
 
 @dataclass(frozen=True)
@@ -105,15 +112,22 @@ def save_checkpoint(
     full = {**state, "epoch": int(epoch), "metrics": dict(metrics or {}), "rng": rng}
     if position is not None:
         full["position"] = asdict(position)
-    torch_save_atomic(full, path)
+    save_checked(full, path)
     return path
 
 
 def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
-    """The checkpoint dict at `path`, tensors on the CPU (whatever device wrote it)."""
+    """The checkpoint dict at `path`, tensors on the CPU (whatever device wrote it), after its
+    bytes matched the checksum written with it (`CheckpointError` naming the file if not)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}: train once with train.checkpoint=true")
+    problem = checksum_problem(path)
+    if problem:
+        raise CheckpointError(
+            f"{path}: {problem}; refusing to resume from it: restore an intact copy, or remove "
+            f"it and {checksum_file(path).name} to train from epoch 0"
+        )
     return torch.load(path, map_location="cpu", weights_only=True)
 
 

@@ -38,6 +38,7 @@ from app.task.partitioned import PartitionSource
 from app.task.registry import build_task
 from app.tracking.mlflow import make_tracker
 from app.tracking.progress import phase
+from app.train.finite import result_json
 from app.train.loop import FitOptions, fit
 
 log = logging.getLogger("distgnn.train")
@@ -174,7 +175,7 @@ def train_distributed(runtime: Runtime, cfg: Config) -> dict[str, float]:
                 session.tracker.log_metrics(extra, step=cfg.train.epochs - 1)
         result = {**metrics, "epochs_done": cfg.train.epochs, "world_size": runtime.world_size}
         if runtime.rank == 0:
-            write_text_atomic(Path(runtime.job_dir) / RESULT_FILE, json.dumps(result, indent=1))
+            write_text_atomic(Path(runtime.job_dir) / RESULT_FILE, result_json(result))
         status = "FINISHED"
         return result
     except KeyboardInterrupt:

@@ -37,6 +37,7 @@ from app.train.checkpoint import (
     rng_state,
     save_checkpoint,
 )
+from app.train.finite import check_loss
 from app.train.wire import WireMeter
 
 log = logging.getLogger("distgnn.train")
@@ -104,6 +105,9 @@ def train_epoch(
     """One pass over `loader` (at most `max_steps` batches if > 0); returns job-wide sums.
 
     Times the wait for each batch (data) separately from forward/backward/step (compute).
+    A NaN or inf loss raises `NonFiniteLossError` naming `desc`, the step (0-based, within
+    the epoch) and the first non-finite input or parameter, before it reaches the weights; a
+    loss on a GPU is checked once, at the epoch's end (a per-step check would stall the GPU).
     Under DDP the epoch runs inside `Join`, so ranks with fewer batches do not hang.
 
     Args:
@@ -128,9 +132,12 @@ def train_epoch(
                 break
             optimizer.zero_grad(set_to_none=True)
             res = objective(model, batch)
+            loss = res.loss.detach()
+            if loss.device.type == "cpu":  # free on the host; on a GPU a read-back per step
+                check_loss(float(loss), model, batch, f"{desc}, step {int(stats.steps)}")
             res.loss.backward()
             optimizer.step()
-            stats.add(res.loss.detach(), res.correct, res.count, res.edges)  # summed on the device
+            stats.add(loss, res.correct, res.count, res.edges)  # summed on the device
             stats.data_wait_s += t1 - t0
             stats.compute_s += time.perf_counter() - t1
             rates(stats, start)
@@ -138,6 +145,8 @@ def train_epoch(
                 on_step(stats)
         if hasattr(batches, "close"):  # stopped at max_steps: end the progress bar / generator
             batches.close()
+    stats.settle()  # a GPU epoch's losses, checked once: the step is not known there
+    check_loss(float(stats.loss_sum), model, None, f"{desc} (a step's loss on the device)")
     stats.wall_s = time.perf_counter() - start
     return stats.reduced()
 

@@ -6,7 +6,6 @@ source → task → fit: the dataset in memory (`LocalSource`), the configured o
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 from pathlib import Path
@@ -19,6 +18,7 @@ from app.contract import RESULT_FILE
 from app.fsutil import write_text_atomic
 from app.tracking.mlflow import Tracker, make_tracker
 from app.tracking.progress import phase
+from app.train.finite import result_json
 from app.train.loop import FitOptions, fit
 
 log = logging.getLogger("distgnn.train")
@@ -71,5 +71,5 @@ def train_single(
         tracker.end()
     if job_dir is not None:  # the same file a distributed job's rank 0 writes
         result = {**metrics, "epochs_done": cfg.train.epochs, "world_size": 1}
-        write_text_atomic(Path(job_dir) / RESULT_FILE, json.dumps(result, indent=1))
+        write_text_atomic(Path(job_dir) / RESULT_FILE, result_json(result))
     return metrics

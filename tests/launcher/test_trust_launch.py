@@ -409,3 +409,70 @@ def test_a_sigkilled_launchers_run_is_ended_killed_by_the_next_job(made, tmp_pat
     assert run.data.tags["error"].startswith("launcher killed")
     assert not (run_file.parent / "launcher.pid").exists()
     assert not list((tmp_path / "out" / "runs").glob("*/launcher.pid"))  # the second's too
+
+
+@pytest.mark.dist
+@pytest.mark.long
+def test_a_rotted_halo_cache_is_rebuilt_with_a_warning(made, tmp_path):
+    """Issue 37 (1a): the halo cache rotted behind its size and mtime is found by its
+    checksum, rebuilt with a warning line, and the job trains as on an intact one."""
+    from tests.helpers.disk import rot
+
+    root = _copy(made, tmp_path)
+
+    def job(name: str) -> list[str]:
+        return [*SMOKE, *data_paths(made), f"partition.root={root}", f"hydra.run.dir={name}"]
+
+    first = run_app(*job(str(tmp_path / "a")), timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    cache = root / "cache" / "halo_p0_100000.pt"
+    rot(cache)
+    second = run_app(*job(str(tmp_path / "b")), timeout=300)
+    assert second.returncode == 0, second.stderr[-2000:]
+    logs = "".join(p.read_text() for p in (tmp_path / "b" / "logs").glob("*.log"))
+    warned = [ln for ln in logs.splitlines() if "rebuilding it" in ln]
+    assert warned and str(cache) in warned[0] and "checksum mismatch" in warned[0], warned
+    want, got = (json.loads((tmp_path / d / "result.json").read_text()) for d in "ab")
+    keys = ("loss", "train_acc", "val_acc", "test_acc")
+    assert {k: got[k] for k in keys} == {k: want[k] for k in keys}
+
+
+@pytest.mark.dist
+def test_a_nan_loss_fails_the_job_in_one_line_with_the_error_tag(made, tmp_path):
+    """Issue 37 (1): a loss that turns non-finite (train.lr=1e30 overflows the weights) ends
+    the job FAILED, rc 1, one culprit line with epoch and step, and no result.json."""
+    from mlflow.tracking import MlflowClient
+
+    job = tmp_path / "job"
+    proc = run_app(
+        *SMOKE, f"output_dir={tmp_path}", f"dataset.root={made / 'data'}",
+        f"partition.root={made / 'P'}", f"hydra.run.dir={job}", "train.lr=1e30",
+        "mlflow.enabled=true", timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    (line,) = proc.stderr.strip().splitlines()[-1:]
+    assert re.search(r"non-finite training loss \(\w+\) in epoch \d+, step \d+: ", line), line
+    assert not (job / "result.json").exists()
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert [r.info.status for r in runs] == ["FAILED"]
+    assert "non-finite training loss" in runs[0].data.tags["error"]
+
+
+@pytest.mark.dist
+@pytest.mark.long
+def test_a_rotted_checkpoint_is_never_resumed_from(made, tmp_path):
+    """Issue 37 (1b): 400 KB of last.pt overwritten, size and mtime kept: the resumed 2-node
+    job fails in one line naming the file, before training a step on it."""
+    from tests.helpers.disk import rot
+
+    job = tmp_path / "job"
+    first = run_app(*_job_args(made, job, "train.epochs=1"), timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    ckpt = job / "checkpoints" / "last.pt"
+    rot(ckpt)
+    resumed = run_app(*_job_args(made, job, "train.epochs=2", "train.resume=true"), timeout=300)
+    assert resumed.returncode == 1, resumed.stderr[-2000:]
+    (line,) = resumed.stderr.strip().splitlines()[-1:]
+    assert f"CheckpointError: {ckpt}: checksum mismatch" in line, line
+    assert "refusing to resume" in line and not (job / "result.json").exists()

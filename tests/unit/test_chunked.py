@@ -238,3 +238,18 @@ def test_partition_cli_on_a_bad_chunk_is_one_line_and_no_run_left_running(tmp_pa
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert [r.info.status for r in runs] == ["FAILED"]
     assert "out of range" in runs[0].data.tags["error"]
+
+
+def test_a_manifest_whose_num_nodes_disagrees_with_its_chunks_is_one_line(tmp_path):
+    """Issue 37 (6): an edited `num_nodes` is refused naming the manifest (a numpy broadcast
+    error deep in partitioning before)."""
+    graph = _small(tmp_path)
+    manifest = graph.root / "manifest.json"
+    meta = json.loads(manifest.read_text())
+    meta["num_nodes"] += 100
+    manifest.write_text(json.dumps(meta))
+    with pytest.raises(ChunkedGraphError) as err:
+        ChunkedGraph(graph.root)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith(f"{manifest}: num_nodes=500 but the chunks of its ")
+    assert "hold 400" in msg, msg

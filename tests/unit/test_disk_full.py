@@ -93,3 +93,54 @@ def test_a_killed_writers_temp_file_is_removed_and_no_other(tmp_path):
     other.touch()
     assert remove_orphaned_temps(tmp_path) == [killed]
     assert sorted(p.name for p in ckpt.iterdir()) == sorted([live.name, other.name])
+
+
+# ------------------------------------------------- issue 37, item 6: disk for generation
+
+
+@pytest.mark.dist
+def test_chunked_generation_on_a_full_disk_is_one_line_naming_the_file(tmp_path):
+    """numpy's errno-less "N requested and M written" becomes the file and the free space;
+    nothing of the writer (tmp, spill) is left on the disk."""
+    from app.config import DatasetConfig
+    from app.dataset.synthetic_stream import generate_products_chunked
+
+    cfg = DatasetConfig(num_nodes=40_000, avg_degree=10, num_features=16)  # ~9 MiB of chunks
+    with small_disk(tmp_path / "disk", "2m") as disk:
+        with pytest.raises(DiskFullError) as err:
+            generate_products_chunked(cfg, 0, disk / "g")
+        left = sorted(p.name for p in disk.iterdir())
+    msg = str(err.value)
+    assert re.match(ONE_LINE.format(re.escape(str(disk)) + r"/g\.\S+"), msg), msg
+    assert "\n" not in msg and "requested and" not in msg
+    assert left == [], f"left behind: {left}"
+
+
+@pytest.mark.dist
+def test_stream_partition_that_cannot_fit_is_refused_before_generating(tmp_path):
+    """The chunked graph and the partition would not fit on dataset.root's disk: one line
+    with the path, the need and the free space, before any chunk is written."""
+    import time
+
+    from tests.helpers.jobs import run_app
+
+    with small_disk(tmp_path / "disk", "4m") as disk:
+        start = time.monotonic()
+        proc = run_app(
+            "task=partition", "partition=stream", "cluster.num_nodes=2",
+            f"output_dir={disk}", f"dataset.root={disk / 'data'}", "dataset.num_nodes=200000",
+            "model.num_layers=2", "sampler.num_neighbors=[5,5]", "mlflow.enabled=false",
+            timeout=180,
+        )  # fmt: skip
+        elapsed = time.monotonic() - start
+        written = [p for p in disk.rglob("*") if p.is_file()]
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    (line,) = proc.stderr.strip().splitlines()[-1:]
+    want = (
+        r"error: not enough disk for generating the chunked graph \+ stream partitioning under "
+        rf"{re.escape(str(disk))}\S* and {re.escape(str(disk))}\S*: needs ~[\d,]+ MiB, \d+ MiB free"
+    )
+    assert re.match(want, line), line
+    assert "Traceback" not in proc.stderr
+    assert not [p for p in written if p.suffix == ".npy"], written  # refused before any chunk
+    assert elapsed < 120, elapsed
