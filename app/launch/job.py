@@ -44,6 +44,7 @@ from app.launch.spawn import JobFailed, die_with_parent, run_procs
 from app.partition.spec import PartitionSpec
 from app.placement import gpus_shared, trainers_per_machine
 from app.tracking.progress import phase
+from app.tracking.redact import restrict_job_files
 
 __all__ = ["JobFailed", "run_job"]
 
@@ -115,6 +116,7 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
     if isinstance(plan, EnvPlan):
         die_with_parent()  # torchrun / srun killed: take this node's share down with it
     save_config(cfg, job_dir / CONFIG_FILE)
+    restrict_job_files(job_dir)  # config.yaml keeps real passwords for the children: 0600
     log.info(
         "job %s: %d processes on this machine (%s), ddp port %d, rpc port %d",
         job_dir.name,

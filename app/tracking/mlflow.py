@@ -46,7 +46,13 @@ from app.tracking import partition_stats, plots, store_template
 from app.tracking.naming import job_overrides
 from app.tracking.naming import run_name as default_run_name
 from app.tracking.progress import log_startup, phase
-from app.tracking.redact import redact, redact_tags, redact_text, redacted_copy
+from app.tracking.redact import (
+    redact,
+    redact_override,
+    redact_tags,
+    redact_text,
+    redacted_copy,
+)
 
 log = logging.getLogger("distgnn.tracking")
 
@@ -286,7 +292,8 @@ class MlflowTracker(Tracker):
         if parent_run_id:
             all_tags[PARENT_TAG] = parent_run_id
         if job_dir:
-            all_tags.setdefault("overrides", " ".join(job_overrides(job_dir)))
+            overrides = [redact_override(o) for o in job_overrides(job_dir)]
+            all_tags.setdefault("overrides", " ".join(overrides))
         run = self.client.create_run(
             self.experiment_id, run_name=run_name, tags=redact_tags(all_tags)
         )
@@ -295,7 +302,8 @@ class MlflowTracker(Tracker):
         if job_dir and Path(job_dir).is_dir():
             write_text_atomic(Path(job_dir) / RUN_ID_FILE, self.run_id)
             info = {"run_id": self.run_id, "run_name": run.info.run_name}
-            info |= {"experiment_id": self.experiment_id, "tracking_uri": self.tracking_uri}
+            uri = redact_text(self.tracking_uri)  # the summary's UI command: never the password
+            info |= {"experiment_id": self.experiment_id, "tracking_uri": uri}
             write_text_atomic(Path(job_dir) / RUN_INFO_FILE, json.dumps(info, indent=1))
         if cfg is not None:
             self.log_params(flatten(cfg))
