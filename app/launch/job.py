@@ -13,6 +13,7 @@ go through the same code. Files in the job dir:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -25,6 +26,7 @@ from app.config import Config, ConfigError, heartbeat_timeout_s, save_config
 from app.contract import CONFIG_FILE, PARENT_RUN_ENV, RESULT_FILE, RUN_ID_FILE
 from app.fsutil import file_lock, remove_orphaned_temps
 from app.jit.warm import ensure_warm
+from app.launch.interrupt import say_outcome, stop_line
 from app.launch.orphans import (
     PID_FILE,
     end_orphaned_runs,
@@ -150,11 +152,13 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
         status = "FINISHED"
     except JobFailed as err:
         error = err.culprit
+        say_outcome(err, f"job failed: {err}")  # the children are gone: the culprit first
         raise
     except KeyboardInterrupt as err:
         status = "KILLED"
         sigterm = bool(err.args) and err.args[0] == "signal 15"
         error = "job terminated (SIGTERM)" if sigterm else "job interrupted (Ctrl-C)"
+        say_outcome(err, stop_line(err))
         raise
     except BaseException as err:
         first = (str(err).strip().splitlines() or [""])[0]
@@ -208,39 +212,70 @@ def _read_result(job_dir: Path, plan: ProcessPlan) -> dict[str, Any]:
 
 
 def _close_tracking(cfg: Config, job_dir: Path, status: str, error: str | None = None) -> bool:
-    """Upload every child's log to the job's MLflow run and end it with the job's status; a
-    run that did not finish gets `error` (the culprit's line) as its `error` tag. Returns
-    whether the run is ended (True too when there is no run to end)."""
+    """End the job's MLflow run with the job's status (a run that did not finish gets `error`,
+    the culprit's line, as its `error` tag), then upload every child's log to it. Returns
+    whether the run is ended (True too when there is no run to end). A job that did not
+    finish makes each tracking call once, bounded (`http_store.bounded_http`): its culprit
+    line is out already, and the store may be what failed."""
     run_file = job_dir / RUN_ID_FILE
     if not cfg.mlflow.enabled or not run_file.exists():
         return True
+    from app.tracking.http_store import bounded_http
+
+    run_id = run_file.read_text().strip()
+    bounded = bounded_http() if status != "FINISHED" else contextlib.nullcontext()
+    with bounded:
+        try:
+            client = _store_client(cfg)
+            _end_run(client, run_id, status, error)
+        except Exception as err:  # tracking must never hide the job's own outcome
+            why = _first_line(cfg, err)
+            log.warning(
+                "could not end MLflow run %s (%s): %s; %s stays, so the next job ends it",
+                run_id, status, why, PID_FILE,
+            )  # fmt: skip
+            return False
+        try:
+            if (job_dir / "logs").is_dir():
+                from app.tracking.redact import redacted_copy
+
+                with redacted_copy(job_dir / "logs") as logs:
+                    client.log_artifacts(run_id, str(logs), artifact_path="logs")
+        except Exception as err:
+            log.warning(
+                "could not upload the logs to MLflow run %s: %s", run_id, _first_line(cfg, err)
+            )
+    return True
+
+
+def _store_client(cfg: Config) -> Any:  # -> mlflow.tracking.MlflowClient
+    """A client of the job's store, once it is known to be writable or reachable."""
     from mlflow.tracking import MlflowClient
 
-    from app.tracking.mlflow import check_store, quiet_mlflow, store_full
-    from app.tracking.redact import redact_text, redacted_copy
+    from app.tracking.mlflow import check_store, quiet_mlflow
 
     quiet_mlflow()
-    run_id = run_file.read_text().strip()
-    try:
-        check_store(cfg.tracking_uri)  # fails at once where MLflow would retry for ~100 s
-        client = MlflowClient(tracking_uri=cfg.tracking_uri)
-        if (job_dir / "logs").is_dir():
-            with redacted_copy(job_dir / "logs") as logs:
-                client.log_artifacts(run_id, str(logs), artifact_path="logs")
-        if status != "FINISHED":  # the launcher names the culprit: its line is the run's error
-            line = (error or f"job ended {status}").strip().splitlines()[0]
-            client.set_tag(run_id, "error", redact_text(line)[:ERROR_TAG_CHARS])
-        # The launcher's outcome wins over the trainer's own: on Ctrl-C a trainer may first see
-        # its sampler vanish and end the run FAILED; a job whose sampler crashed after the
-        # trainer finished has failed all the same.
-        if status != "FINISHED" or client.get_run(run_id).info.status == "RUNNING":
-            client.set_terminated(run_id, status=status)
-        return True
-    except Exception as err:  # tracking must never hide the job's own outcome
-        err = store_full(err, cfg.tracking_uri) or err
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        log.warning(
-            "could not end MLflow run %s (%s): %s; %s stays, so the next job ends it",
-            run_id, status, first[:300], PID_FILE,
-        )  # fmt: skip
-        return False
+    check_store(cfg.tracking_uri)  # fails at once where MLflow would retry for ~100 s
+    return MlflowClient(tracking_uri=cfg.tracking_uri)
+
+
+def _end_run(client: Any, run_id: str, status: str, error: str | None) -> None:
+    """The run's `error` tag (a job that did not finish) and its status."""
+    from app.tracking.redact import redact_text
+
+    if status != "FINISHED":  # the launcher names the culprit: its line is the run's error
+        line = (error or f"job ended {status}").strip().splitlines()[0]
+        client.set_tag(run_id, "error", redact_text(line)[:ERROR_TAG_CHARS])
+    # The launcher's outcome wins over the trainer's own: on Ctrl-C a trainer may first see
+    # its sampler vanish and end the run FAILED; a job whose sampler crashed after the
+    # trainer finished has failed all the same.
+    if status != "FINISHED" or client.get_run(run_id).info.status == "RUNNING":
+        client.set_terminated(run_id, status=status)
+
+
+def _first_line(cfg: Config, err: Exception) -> str:
+    """Why a tracking call failed, in one line (a full disk under the store named as such)."""
+    from app.tracking.mlflow import store_full
+
+    err = store_full(err, cfg.tracking_uri) or err
+    return (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
