@@ -45,6 +45,7 @@ from app.launch.precheck import (
 from app.launch.spawn import JobFailed, die_with_parent, run_procs
 from app.partition.spec import PartitionSpec
 from app.placement import gpus_shared, trainers_per_machine
+from app.tracking.mlflow import check_store
 from app.tracking.progress import phase
 from app.tracking.redact import restrict_job_files
 
@@ -105,6 +106,8 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
     remove_orphaned_temps(job_dir)  # a resumed job dir: those of an earlier, killed job
     extra = {PARENT_RUN_ENV: parent_run_id} if parent_run_id else {}
     ports = plan_ports(cfg.cluster, os.environ)  # also checks the env / ssh cluster description
+    if cfg.mlflow.enabled:  # before any work: a server that is down is one line, not minutes
+        check_store(cfg.tracking_uri)
     spec = PartitionSpec.from_config(cfg)
     check_partition_root(spec)
     with phase("partition"), disk_full_as_one_line(partitions_dir(spec)):
@@ -252,7 +255,7 @@ def _store_client(cfg: Config) -> Any:  # -> mlflow.tracking.MlflowClient
     """A client of the job's store, once it is known to be writable or reachable."""
     from mlflow.tracking import MlflowClient
 
-    from app.tracking.mlflow import check_store, quiet_mlflow
+    from app.tracking.mlflow import quiet_mlflow
 
     quiet_mlflow()
     check_store(cfg.tracking_uri)  # fails at once where MLflow would retry for ~100 s

@@ -43,6 +43,7 @@ from app.config import ConfigError
 from app.contract import RUN_ID_FILE, RUN_INFO_FILE
 from app.fsutil import DiskFullError, file_lock, is_write_failure, write_text_atomic
 from app.tracking import partition_stats, plots, store_template
+from app.tracking.http_store import check_server
 from app.tracking.naming import job_overrides
 from app.tracking.naming import run_name as default_run_name
 from app.tracking.progress import log_startup, phase
@@ -175,7 +176,9 @@ def sqlite_path(uri: str) -> Path | None:
 
 def check_store(uri: str) -> None:
     """Refuse, in one line, a SQLite store that cannot be opened for writing (a folder in the
-    file's place, a read-only location): MLflow would retry opening it for about 100 s first."""
+    file's place, a read-only location): MLflow would retry opening it for about 100 s first;
+    and a tracking server nothing answers on (`http_store.check_server`), within seconds."""
+    check_server(uri)
     db = sqlite_path(uri)
     if db is None:
         return

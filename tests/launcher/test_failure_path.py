@@ -1,11 +1,12 @@
-"""After a fault, the culprit line first (issue 37, item 5).
+"""After a fault, the culprit line first (issue 37, items 4 and 5).
 
 The launcher prints `job failed: …` as soon as its children are gone, and does the MLflow
 bookkeeping (the run's `error` tag, its status, the logs' upload) after, each tracking call
-bounded; the culprit line carries a child's last line only when it is an error line.
+bounded; the culprit line carries a child's last line only when it is an error line; a
+tracking server nothing answers on is one line at start, before any work.
 
-Real processes, real SQLite stores; the silent server is a socket that accepts and never
-answers.
+Real processes, real SQLite stores; the unreachable server is a closed port on 127.0.0.1, the
+silent one a socket that accepts and never answers.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from app.config import Config
+from app.config import Config, ConfigError
 from app.launch.job import _close_tracking
 from app.launch.spawn import JobFailed
-from app.tracking.http_store import FAILURE_PATH_TIMEOUT_S
-from tests.helpers.jobs import SMOKE, child_pid, data_paths, training_launcher
+from app.tracking.http_store import FAILURE_PATH_TIMEOUT_S, check_server
+from tests.helpers.jobs import SMOKE, child_pid, data_paths, run_app, training_launcher
+from tests.helpers.ports import free_port
 
 
 @pytest.mark.parametrize(
@@ -53,6 +55,20 @@ def test_an_error_line_is_the_reason(last, reason):
     assert err.culprit.startswith("trainer0-1 failed (exit code 1): ") and reason in err.culprit
 
 
+def _closed_port() -> int:
+    return free_port()  # free now: nothing listens on it
+
+
+def test_a_tracking_server_nothing_answers_on_is_one_line_within_seconds():
+    uri = f"http://alice:PW9@127.0.0.1:{_closed_port()}"
+    start = time.monotonic()
+    with pytest.raises(ConfigError) as info:
+        check_server(uri)
+    assert time.monotonic() - start < 5.0
+    line = str(info.value)
+    assert "no tracking server at 127.0.0.1" in line and "\n" not in line and "PW9" not in line
+
+
 def test_tracking_calls_on_the_failure_path_are_bounded(tmp_path):
     """A server that accepts connections and never answers (a hung or cut-off one): ending
     the failed job's run gives up after one bounded call, where MLflow's defaults (8 tries of
@@ -72,6 +88,21 @@ def test_tracking_calls_on_the_failure_path_are_bounded(tmp_path):
         silent.close()
     assert not ended  # launcher.pid stays: the next job ends the run
     assert took < 3 * FAILURE_PATH_TIMEOUT_S, f"{took:.1f} s"
+
+
+@pytest.mark.dist
+def test_an_unreachable_tracking_server_fails_the_job_at_start(tmp_path):
+    port = _closed_port()
+    job = tmp_path / "run"
+    proc = run_app(
+        *SMOKE, *data_paths(tmp_path), f"hydra.run.dir={job}", "mlflow.enabled=true",
+        f"mlflow.tracking_uri=http://127.0.0.1:{port}",
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if "tracking" in line]
+    assert len(lines) == 1 and lines[0].startswith("config error: "), proc.stderr[-2000:]
+    assert f"no tracking server at 127.0.0.1:{port}" in lines[0]
+    assert not (job / "logs").exists() and not (tmp_path / "data").exists()  # no work done
 
 
 def _stamped_lines(stream, lines: list[tuple[float, str]]) -> threading.Thread:
