@@ -172,7 +172,8 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
             peers.close()
         for tmp in remove_orphaned_temps(job_dir):  # children are stopped: a killed writer's
             log.info("removed %s, left by a process killed while writing it", tmp)
-        finish_tracking(cfg, job_dir, status, error)
+        node = plan.node_rank if isinstance(plan, EnvPlan) else 0
+        finish_tracking(cfg, job_dir, status, error, node)
     return _read_result(job_dir, plan)
 
 
@@ -194,12 +195,14 @@ def peer_watch(cfg: Config, plan: ProcessPlan) -> PeerWatch | None:
         ) from None
 
 
-def finish_tracking(cfg: Config, job_dir: Path, status: str, error: str | None) -> None:
+def finish_tracking(
+    cfg: Config, job_dir: Path, status: str, error: str | None, node_rank: int = 0
+) -> None:
     """End the job's run (`_close_tracking`), then drop `launcher.pid`. If the store could not
     be written (a full disk, a store gone), the pid file stays, holding the status and error
     the run should get: the next job under output_dir ends the run with them
     (`orphans.end_orphaned_runs`) once this launcher is gone."""
-    if _close_tracking(cfg, job_dir, status, error):
+    if _close_tracking(cfg, job_dir, status, error, node_rank):
         remove_pid_file(job_dir)
     else:
         record_outcome(job_dir, status, error)
@@ -214,12 +217,18 @@ def _read_result(job_dir: Path, plan: ProcessPlan) -> dict[str, Any]:
     raise RuntimeError(f"every process exited 0 but the rank-0 trainer wrote no {path}")
 
 
-def _close_tracking(cfg: Config, job_dir: Path, status: str, error: str | None = None) -> bool:
+def _close_tracking(
+    cfg: Config, job_dir: Path, status: str, error: str | None = None, node_rank: int = 0
+) -> bool:
     """End the job's MLflow run with the job's status (a run that did not finish gets `error`,
     the culprit's line, as its `error` tag), then upload every child's log to it. Returns
     whether the run is ended (True too when there is no run to end). A job that did not
     finish makes each tracking call once, bounded (`http_store.bounded_http`): its culprit
-    line is out already, and the store may be what failed."""
+    line is out already, and the store may be what failed.
+
+    Only node 0, whose rank-0 trainer owns the run, ends it: another node of an env-mode job
+    (sharing the job dir and store) adds its own view as `node<k>.status` / `node<k>.error`
+    tags, so a node that ends last never overwrites node 0's culprit with its own."""
     run_file = job_dir / RUN_ID_FILE
     if not cfg.mlflow.enabled or not run_file.exists():
         return True
@@ -230,7 +239,10 @@ def _close_tracking(cfg: Config, job_dir: Path, status: str, error: str | None =
     with bounded:
         try:
             client = _store_client(cfg)
-            _end_run(client, run_id, status, error)
+            if node_rank == 0:
+                _end_run(client, run_id, status, error)
+            else:
+                _node_view(client, run_id, node_rank, status, error)
         except Exception as err:  # tracking must never hide the job's own outcome
             why = _first_line(cfg, err)
             log.warning(
@@ -274,6 +286,19 @@ def _end_run(client: Any, run_id: str, status: str, error: str | None) -> None:
     # trainer finished has failed all the same.
     if status != "FINISHED" or client.get_run(run_id).info.status == "RUNNING":
         client.set_terminated(run_id, status=status)
+
+
+def _node_view(client: Any, run_id: str, node: int, status: str, error: str | None) -> None:
+    """Node `node`'s outcome as its own tags on node 0's run, and a line in its own log."""
+    from app.tracking.redact import redact_text
+
+    tags = {f"node{node}.status": status}
+    if status != "FINISHED":
+        line = (error or f"job ended {status}").strip().splitlines()[0]
+        tags[f"node{node}.error"] = redact_text(line)[:ERROR_TAG_CHARS]
+    for key, value in tags.items():
+        client.set_tag(run_id, key, value)
+    log.info("node %d: %s (tag node%d.*); run %s is ended by node 0", node, status, node, run_id)
 
 
 def _first_line(cfg: Config, err: Exception) -> str:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -25,7 +27,16 @@ from app.config import Config, ConfigError
 from app.launch.job import _close_tracking
 from app.launch.spawn import JobFailed
 from app.tracking.http_store import FAILURE_PATH_TIMEOUT_S, check_server
-from tests.helpers.jobs import SMOKE, child_pid, data_paths, run_app, training_launcher
+from tests.helpers.jobs import (
+    REPO,
+    SMOKE,
+    child_pid,
+    data_paths,
+    run_app,
+    stop_and_tell,
+    training_launcher,
+    wait_for_job,
+)
 from tests.helpers.ports import free_port
 
 
@@ -169,3 +180,70 @@ def test_the_culprit_line_comes_within_2_s_of_the_childrens_end(made, tmp_path):
     run = MlflowClient(uri).get_run((job / "mlflow_run_id").read_text().strip())
     assert run.info.status == "FAILED"
     assert run.data.tags["error"] == "sampler1-0-0 failed (killed by signal 9)", run.data.tags
+
+
+def _culprit(stderr: str) -> str:
+    """The culprit of a launcher's `job failed: <culprit>[; log <path>]` line."""
+    line = next(x for x in stderr.splitlines() if x.startswith("job failed: "))
+    return line.removeprefix("job failed: ").rsplit("; log ", 1)[0]
+
+
+@pytest.mark.dist
+@pytest.mark.long
+def test_only_node_0_ends_the_run_another_node_adds_its_view(made, tmp_path):
+    """Two env-mode launchers on 127.0.0.1 sharing the job dir and a SQLite store, as two
+    hosts on a shared file system. Node 1's trainer is killed while its launcher is stopped,
+    so node 0 fails first and node 1's launcher ends last: the run keeps node 0's culprit as
+    its `error` tag; node 1's own view is its `node1.error` / `node1.status` tags."""
+    from mlflow.tracking import MlflowClient
+
+    from app.launch.plan import free_ports
+
+    (base,) = free_ports(1)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    job = tmp_path / "run"
+    args = [
+        *SMOKE, "cluster=env", *data_paths(made), f"partition.root={made / 'P'}",
+        f"hydra.run.dir={job}", "mlflow.enabled=true", f"mlflow.tracking_uri={uri}",
+        "train.epochs=50", "loader.num_workers=1", "cluster.shutdown_timeout_s=3",
+    ]  # fmt: skip
+    env = {**os.environ, "GROUP_WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1"}
+    env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(base)}
+    launchers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "app", *args],
+            cwd=REPO,
+            env={**env, "GROUP_RANK": str(n)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for n in (0, 1)
+    ]
+    node0, node1 = launchers
+    log0 = job / "logs" / "trainer0-0.log"
+    try:
+        wait_for_job(
+            lambda: (job / "mlflow_run_id").exists() and "epoch" in _text(log0),
+            node0, "job did not train", lambda: stop_and_tell(node0),
+        )  # fmt: skip
+        node1.send_signal(signal.SIGSTOP)
+        os.kill(child_pid(node1, "trainer", "1"), signal.SIGKILL)
+        _, err0 = node0.communicate(timeout=300)
+        node1.send_signal(signal.SIGCONT)
+        _, err1 = node1.communicate(timeout=300)
+    finally:
+        for launcher in launchers:
+            if launcher.poll() is None:
+                launcher.send_signal(signal.SIGCONT)
+                stop_and_tell(launcher)
+    assert node0.returncode == 1 and node1.returncode == 1, (err0[-1500:], err1[-1500:])
+    run = MlflowClient(uri).get_run((job / "mlflow_run_id").read_text().strip())
+    assert run.info.status == "FAILED"
+    assert run.data.tags["error"] == _culprit(err0), (run.data.tags, err0[-1500:])
+    assert run.data.tags["node1.error"] == _culprit(err1), (run.data.tags, err1[-1500:])
+    assert run.data.tags["node1.status"] == "FAILED"
+
+
+def _text(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
