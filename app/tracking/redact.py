@@ -54,6 +54,12 @@ AUTH_SCHEMES = frozenset({"bearer", "basic", "digest", "token", "negotiate", "nt
 _URL = re.compile(r"[A-Za-z][\w+.-]*://")
 _QUERY = re.compile(r"[?&;]([\w.-]+)=([^&#\s]*)")
 _PUNCT = set(",;:}])")
+# Every form above holds one of these: a line without any is returned as it is, unparsed.
+_MAYBE = re.compile(
+    r"pass|pwd|secret|token|key|auth|credential|cookie|identity|bearer|://[^\s]*@"
+    r"|(?:^|[\s'\"=])-i",
+    re.IGNORECASE,
+)
 
 
 def secret_key(name: str) -> bool:
@@ -62,7 +68,7 @@ def secret_key(name: str) -> bool:
     if _SECRET_WORDS.search(name):
         return True
     parts = [p.lower() for p in _PARTS.findall(name)]
-    if parts == ["key"] or parts == ["i"]:  # `?key=…`, `-i KEYFILE`
+    if parts == ["key"]:  # `?key=…`
         return True
     return any(p in _SECRET_PARTS for p in parts) or any(
         pair in _SECRET_PAIRS for pair in zip(parts, parts[1:], strict=False)
@@ -86,9 +92,9 @@ def _flag(w: Word, spans: list[tuple[int, int]]) -> tuple[bool, bool]:
     """Rules on one word: masks its secret part into `spans`; returns (the next word is a
     secret, an auth scheme word before it is kept)."""
     v = w.value
-    if v.lower() in ("bearer", "identityfile") or (
-        v.startswith("-") and "=" not in v and secret_key(v)
-    ):
+    if v in ("-i", "--identity") or v.lower() in ("bearer", "identityfile"):
+        return True, False  # ssh's key file, a bearer token
+    if v.startswith("-") and "=" not in v and secret_key(v):
         return True, False
     if v.startswith("-i") and v[2:3] in ("/", "~", ".", "$"):
         _mask(spans, w, 2)
@@ -156,6 +162,8 @@ def _spans(line: str) -> list[tuple[int, int]]:
 
 
 def _masked(line: str) -> str:
+    if not _MAYBE.search(line):
+        return line
     spans = sorted(_spans(line))
     if not spans:
         return line

@@ -289,6 +289,7 @@ def test_the_rest_of_the_text_is_kept(form):
         "ssh -p 22 -o StrictHostKeyChecking=no host",
         "[trainer0-0] 12:00:01 I distgnn: joined the RPC group",
         "don't stop: author=me",
+        "loop i=5 j=-i",
     ],
 )
 def test_harmless_text_is_untouched(text):
