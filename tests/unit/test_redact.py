@@ -294,3 +294,18 @@ def test_the_rest_of_the_text_is_kept(form):
 )
 def test_harmless_text_is_untouched(text):
     assert redact_text(text) == text
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_a_sweeps_table_rows_hold_no_secret(form):
+    """A sweep prints a row per job with the overrides that differ (and writes summary.md):
+    each row's overrides are redacted, a secret-named key's whole value too."""
+    from hydra.core.utils import JobReturn, JobStatus
+    from hydra_plugins.distgnn_launcher._core import job_row
+
+    text, secret = FORMS[form]
+    ret = JobReturn(overrides=[f'+note.cmd="{text}"', "db.password=two words"])
+    ret.status, ret.return_value = JobStatus.COMPLETED, 0.5
+    overrides = " ".join(job_row(0, ret, 1.0).overrides)
+    assert secret not in overrides and "two" not in overrides and "words" not in overrides
+    assert "db.password=***" in overrides
