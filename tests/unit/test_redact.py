@@ -25,7 +25,7 @@ import yaml
 from app.config import Config
 from app.launch.job import _close_tracking
 from app.launch.plan import ProcSpec
-from app.launch.spawn import run_procs
+from app.launch.spawn import JobFailed, run_procs
 from app.runtime import Runtime
 from app.tracking.mlflow import RUN_INFO_FILE, MlflowTracker
 from app.tracking.redact import redact_text
@@ -201,8 +201,8 @@ def child_sinks(job) -> dict[str, str]:
     with redirect_stdout(echo):
         try:
             run_procs([spec], job_dir / "logs", echo=["trainer0-0"])
-        except Exception as err:  # JobFailed: its message carries the child's last lines
-            tail = str(err)
+        except JobFailed as err:  # its tail (the culprit line is picked from it) and message
+            tail = "\n".join([*err.tail, str(err)])
     _close_tracking(cfg, job_dir, "FAILED")  # the launcher uploads logs/ to the run
     art = _artifacts(cfg, run_id, job_dir.parent / "child")
     return {
