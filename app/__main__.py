@@ -13,7 +13,7 @@ import signal
 import sys
 
 from app.jit import watch_compiles
-from app.launch.interrupt import TERMINATED
+from app.launch.interrupt import TERMINATED, say_outcome, stop_line
 
 EXIT_CONFIG = 2
 EXIT_INTERRUPTED = 128 + signal.SIGINT
@@ -71,7 +71,7 @@ def _fail(kind: str, err: BaseException, code: int, *, refused: bool = False) ->
         from app.rundir import remove_unused_run_dir
 
         remove_unused_run_dir(job_dir())
-    print(f"{kind}: {err}", file=sys.stderr, flush=True)
+    say_outcome(err, f"{kind}: {err}")  # a failed job's line: already said by `run_job`
     sys.exit(code)
 
 
@@ -175,8 +175,7 @@ def run_cli(argv: list[str]) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):  # a second signal must not cut this short
             signal.signal(sig, signal.SIG_IGN)
         terminated = bool(err.args) and err.args[0] == f"signal {signal.SIGTERM}"
-        how = "terminated (SIGTERM)" if terminated else "interrupted (Ctrl-C)"
-        print(f"{how}: every process of the job was stopped", file=sys.stderr, flush=True)
+        say_outcome(err, stop_line(err))  # said already by `run_job` when a job was stopped
         sys.exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
     finally:
         if signal.getsignal(signal.SIGTERM) is _on_sigterm:  # not already stopping

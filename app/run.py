@@ -13,6 +13,7 @@ from pathlib import Path
 
 from app.config import Config
 from app.contract import PARENT_RUN_ENV
+from app.tracking.redact import restrict_job_files
 
 log = logging.getLogger("distgnn")
 
@@ -31,6 +32,7 @@ def is_single_process(cfg: Config) -> bool:
 def run_task(cfg: Config) -> float | None:
     """Run `cfg.task`; return the value a Hydra sweeper would optimise (test accuracy)."""
     parent = os.environ.get(PARENT_RUN_ENV) or None
+    restrict_job_files(job_dir())  # Hydra's copies of a password in the overrides: 0600
     if cfg.task == "partition":
         partition_task(cfg, parent)
         return None

@@ -13,6 +13,7 @@ go through the same code. Files in the job dir:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -25,6 +26,7 @@ from app.config import Config, ConfigError, heartbeat_timeout_s, save_config
 from app.contract import CONFIG_FILE, PARENT_RUN_ENV, RESULT_FILE, RUN_ID_FILE
 from app.fsutil import file_lock, remove_orphaned_temps, write_text_atomic
 from app.jit.warm import ensure_warm
+from app.launch.interrupt import say_outcome, stop_line
 from app.launch.limits import check_host_memory
 from app.launch.orphans import (
     PID_FILE,
@@ -45,7 +47,9 @@ from app.launch.pss import PssMonitor
 from app.launch.spawn import JobFailed, die_with_parent, run_procs
 from app.partition.spec import PartitionSpec
 from app.placement import gpus_shared, trainers_per_machine
+from app.tracking.mlflow import check_store
 from app.tracking.progress import phase
+from app.tracking.redact import restrict_job_files
 
 __all__ = ["JobFailed", "run_job"]
 
@@ -104,6 +108,8 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
     remove_orphaned_temps(job_dir)  # a resumed job dir: those of an earlier, killed job
     extra = {PARENT_RUN_ENV: parent_run_id} if parent_run_id else {}
     ports = plan_ports(cfg.cluster, os.environ)  # also checks the env / ssh cluster description
+    if cfg.mlflow.enabled:  # before any work: a server that is down is one line, not minutes
+        check_store(cfg.tracking_uri)
     spec = PartitionSpec.from_config(cfg)
     check_partition_root(spec)
     with phase("partition"), disk_full_as_one_line(partitions_dir(spec)):
@@ -118,6 +124,7 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
     if isinstance(plan, EnvPlan):
         die_with_parent()  # torchrun / srun killed: take this node's share down with it
     save_config(cfg, job_dir / CONFIG_FILE)
+    restrict_job_files(job_dir)  # config.yaml keeps real passwords for the children: 0600
     log.info(
         "job %s: %d processes on this machine (%s), ddp port %d, rpc port %d",
         job_dir.name,
@@ -156,11 +163,13 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
         record_peak_pss(job_dir, memory.metrics(), plan)
     except JobFailed as err:
         error = err.culprit
+        say_outcome(err, f"job failed: {err}")  # the children are gone: the culprit first
         raise
     except KeyboardInterrupt as err:
         status = "KILLED"
         sigterm = bool(err.args) and err.args[0] == "signal 15"
         error = "job terminated (SIGTERM)" if sigterm else "job interrupted (Ctrl-C)"
+        say_outcome(err, stop_line(err))
         raise
     except BaseException as err:
         first = (str(err).strip().splitlines() or [""])[0]
@@ -171,7 +180,8 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
             peers.close()
         for tmp in remove_orphaned_temps(job_dir):  # children are stopped: a killed writer's
             log.info("removed %s, left by a process killed while writing it", tmp)
-        finish_tracking(cfg, job_dir, status, error, memory.metrics())
+        node = plan.node_rank if isinstance(plan, EnvPlan) else 0
+        finish_tracking(cfg, job_dir, status, error, node, memory.metrics())
     return _read_result(job_dir, plan)
 
 
@@ -215,13 +225,14 @@ def finish_tracking(
     job_dir: Path,
     status: str,
     error: str | None,
+    node_rank: int = 0,
     metrics: dict[str, float] | None = None,
 ) -> None:
     """End the job's run (`_close_tracking`), then drop `launcher.pid`. If the store could not
     be written (a full disk, a store gone), the pid file stays, holding the status and error
     the run should get: the next job under output_dir ends the run with them
     (`orphans.end_orphaned_runs`) once this launcher is gone."""
-    if _close_tracking(cfg, job_dir, status, error, metrics or {}):
+    if _close_tracking(cfg, job_dir, status, error, node_rank, metrics or {}):
         remove_pid_file(job_dir)
     else:
         record_outcome(job_dir, status, error)
@@ -241,44 +252,96 @@ def _close_tracking(
     job_dir: Path,
     status: str,
     error: str | None = None,
+    node_rank: int = 0,
     metrics: dict[str, float] | None = None,
 ) -> bool:
-    """Upload every child's log and the launcher's `metrics` (peak PSS per host) to the job's
-    MLflow run and end it with the job's status; a run that did not finish gets `error` (the
-    culprit's line) as its `error` tag. Returns whether the run is ended (True too when there
-    is no run to end)."""
+    """End the job's MLflow run with the job's status (a run that did not finish gets `error`,
+    the culprit's line, as its `error` tag), after logging the launcher's `metrics` (peak PSS
+    per host), then upload every child's log to it. Returns whether the run is ended (True
+    too when there is no run to end). A job that did not finish makes each tracking call once,
+    bounded (`http_store.bounded_http`): its culprit line is out already, and the store may be
+    what failed.
+
+    Only node 0, whose rank-0 trainer owns the run, ends it: another node of an env-mode job
+    (sharing the job dir and store) adds its own view as `node<k>.status` / `node<k>.error`
+    tags, so a node that ends last never overwrites node 0's culprit with its own."""
     run_file = job_dir / RUN_ID_FILE
     if not cfg.mlflow.enabled or not run_file.exists():
         return True
+    from app.tracking.http_store import bounded_http
+
+    run_id = run_file.read_text().strip()
+    bounded = bounded_http() if status != "FINISHED" else contextlib.nullcontext()
+    with bounded:
+        try:
+            client = _store_client(cfg)
+            for key, value in (metrics or {}).items():
+                client.log_metric(run_id, key, value)
+            if node_rank == 0:
+                _end_run(client, run_id, status, error)
+            else:
+                _node_view(client, run_id, node_rank, status, error)
+        except Exception as err:  # tracking must never hide the job's own outcome
+            why = _first_line(cfg, err)
+            log.warning(
+                "could not end MLflow run %s (%s): %s; %s stays, so the next job ends it",
+                run_id, status, why, PID_FILE,
+            )  # fmt: skip
+            return False
+        try:
+            if (job_dir / "logs").is_dir():
+                from app.tracking.redact import redacted_copy
+
+                with redacted_copy(job_dir / "logs") as logs:
+                    client.log_artifacts(run_id, str(logs), artifact_path="logs")
+        except Exception as err:
+            log.warning(
+                "could not upload the logs to MLflow run %s: %s", run_id, _first_line(cfg, err)
+            )
+    return True
+
+
+def _store_client(cfg: Config) -> Any:  # -> mlflow.tracking.MlflowClient
+    """A client of the job's store, once it is known to be writable or reachable."""
     from mlflow.tracking import MlflowClient
 
-    from app.tracking.mlflow import check_store, quiet_mlflow, store_full
-    from app.tracking.redact import redact_text, redacted_copy
+    from app.tracking.mlflow import quiet_mlflow
 
     quiet_mlflow()
-    run_id = run_file.read_text().strip()
-    try:
-        check_store(cfg.tracking_uri)  # fails at once where MLflow would retry for ~100 s
-        client = MlflowClient(tracking_uri=cfg.tracking_uri)
-        if (job_dir / "logs").is_dir():
-            with redacted_copy(job_dir / "logs") as logs:
-                client.log_artifacts(run_id, str(logs), artifact_path="logs")
-        for key, value in (metrics or {}).items():
-            client.log_metric(run_id, key, value)
-        if status != "FINISHED":  # the launcher names the culprit: its line is the run's error
-            line = (error or f"job ended {status}").strip().splitlines()[0]
-            client.set_tag(run_id, "error", redact_text(line)[:ERROR_TAG_CHARS])
-        # The launcher's outcome wins over the trainer's own: on Ctrl-C a trainer may first see
-        # its sampler vanish and end the run FAILED; a job whose sampler crashed after the
-        # trainer finished has failed all the same.
-        if status != "FINISHED" or client.get_run(run_id).info.status == "RUNNING":
-            client.set_terminated(run_id, status=status)
-        return True
-    except Exception as err:  # tracking must never hide the job's own outcome
-        err = store_full(err, cfg.tracking_uri) or err
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        log.warning(
-            "could not end MLflow run %s (%s): %s; %s stays, so the next job ends it",
-            run_id, status, first[:300], PID_FILE,
-        )  # fmt: skip
-        return False
+    check_store(cfg.tracking_uri)  # fails at once where MLflow would retry for ~100 s
+    return MlflowClient(tracking_uri=cfg.tracking_uri)
+
+
+def _end_run(client: Any, run_id: str, status: str, error: str | None) -> None:
+    """The run's `error` tag (a job that did not finish) and its status."""
+    from app.tracking.redact import redact_text
+
+    if status != "FINISHED":  # the launcher names the culprit: its line is the run's error
+        line = (error or f"job ended {status}").strip().splitlines()[0]
+        client.set_tag(run_id, "error", redact_text(line)[:ERROR_TAG_CHARS])
+    # The launcher's outcome wins over the trainer's own: on Ctrl-C a trainer may first see
+    # its sampler vanish and end the run FAILED; a job whose sampler crashed after the
+    # trainer finished has failed all the same.
+    if status != "FINISHED" or client.get_run(run_id).info.status == "RUNNING":
+        client.set_terminated(run_id, status=status)
+
+
+def _node_view(client: Any, run_id: str, node: int, status: str, error: str | None) -> None:
+    """Node `node`'s outcome as its own tags on node 0's run, and a line in its own log."""
+    from app.tracking.redact import redact_text
+
+    tags = {f"node{node}.status": status}
+    if status != "FINISHED":
+        line = (error or f"job ended {status}").strip().splitlines()[0]
+        tags[f"node{node}.error"] = redact_text(line)[:ERROR_TAG_CHARS]
+    for key, value in tags.items():
+        client.set_tag(run_id, key, value)
+    log.info("node %d: %s (tag node%d.*); run %s is ended by node 0", node, status, node, run_id)
+
+
+def _first_line(cfg: Config, err: Exception) -> str:
+    """Why a tracking call failed, in one line (a full disk under the store named as such)."""
+    from app.tracking.mlflow import store_full
+
+    err = store_full(err, cfg.tracking_uri) or err
+    return (str(err).strip().splitlines() or [type(err).__name__])[0][:300]

@@ -75,7 +75,8 @@ class JobFailed(RuntimeError):
         how = reason or (
             f"killed by signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
         )
-        self.culprit = f"{name} failed ({how})" + (f": {_culprit_line(tail)}" if tail else "")
+        line = _culprit_line(tail)
+        self.culprit = f"{name} failed ({how})" + (f": {line}" if line else "")
         super().__init__(f"{self.culprit}; log {log_path}")
 
 
@@ -90,8 +91,9 @@ class PeerLost(JobFailed):
 
 def _culprit_line(tail: list[str]) -> str:
     """The line of a child's last output that says why: the worker's own error line (after its
-    `ERROR_MARK`), else its exception line (`ValueError: bad`), else its last error line, else
-    its last line."""
+    `ERROR_MARK`), else its exception line (`ValueError: bad`), else its last error line (an
+    ERROR log record too), else "": a last line such as `joined the RPC group` says nothing
+    about the failure, and must not read as its reason."""
     for line in reversed(tail):
         if ERROR_MARK in line:
             return line.split(ERROR_MARK, 1)[1].strip()
@@ -99,13 +101,17 @@ def _culprit_line(tail: list[str]) -> str:
         for line in reversed(tail):
             if pattern.search(line):
                 return line.strip()
-    return tail[-1].strip()
+    return ""
 
 
 _TRACEBACK = "Traceback (most recent call last):"
 _LOG_RECORD = re.compile(r"^\[[\w.-]+\] \d\d:\d\d:\d\d ")  # app.tracking.logging.FORMAT
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b(: |$)")
-_ERROR_LINE = re.compile(r"(Error|Exception|error:|failed|Killed|Terminated)\b")
+# `error:`-ish words; an ERROR / CRITICAL record (app.tracking.logging); torch's C++ `[E …]`
+_ERROR_LINE = re.compile(
+    r"(Error|Exception|error:|failed|Killed|Terminated)\b"
+    r"|^(\[[\w.-]+\] )?\d\d:\d\d:\d\d [EC] |^\[E[\s\d]"
+)
 
 
 @dataclass

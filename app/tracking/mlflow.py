@@ -43,10 +43,17 @@ from app.config import ConfigError
 from app.contract import RUN_ID_FILE, RUN_INFO_FILE
 from app.fsutil import DiskFullError, file_lock, is_write_failure, write_text_atomic
 from app.tracking import partition_stats, plots, store_template
+from app.tracking.http_store import check_server
 from app.tracking.naming import job_overrides
 from app.tracking.naming import run_name as default_run_name
 from app.tracking.progress import log_startup, phase
-from app.tracking.redact import redact, redact_tags, redact_text, redacted_copy
+from app.tracking.redact import (
+    redact,
+    redact_override,
+    redact_tags,
+    redact_text,
+    redacted_copy,
+)
 
 log = logging.getLogger("distgnn.tracking")
 
@@ -169,7 +176,9 @@ def sqlite_path(uri: str) -> Path | None:
 
 def check_store(uri: str) -> None:
     """Refuse, in one line, a SQLite store that cannot be opened for writing (a folder in the
-    file's place, a read-only location): MLflow would retry opening it for about 100 s first."""
+    file's place, a read-only location): MLflow would retry opening it for about 100 s first;
+    and a tracking server nothing answers on (`http_store.check_server`), within seconds."""
+    check_server(uri)
     db = sqlite_path(uri)
     if db is None:
         return
@@ -286,7 +295,8 @@ class MlflowTracker(Tracker):
         if parent_run_id:
             all_tags[PARENT_TAG] = parent_run_id
         if job_dir:
-            all_tags.setdefault("overrides", " ".join(job_overrides(job_dir)))
+            overrides = [redact_override(o) for o in job_overrides(job_dir)]
+            all_tags.setdefault("overrides", " ".join(overrides))
         run = self.client.create_run(
             self.experiment_id, run_name=run_name, tags=redact_tags(all_tags)
         )
@@ -295,7 +305,8 @@ class MlflowTracker(Tracker):
         if job_dir and Path(job_dir).is_dir():
             write_text_atomic(Path(job_dir) / RUN_ID_FILE, self.run_id)
             info = {"run_id": self.run_id, "run_name": run.info.run_name}
-            info |= {"experiment_id": self.experiment_id, "tracking_uri": self.tracking_uri}
+            uri = redact_text(self.tracking_uri)  # the summary's UI command: never the password
+            info |= {"experiment_id": self.experiment_id, "tracking_uri": uri}
             write_text_atomic(Path(job_dir) / RUN_INFO_FILE, json.dumps(info, indent=1))
         if cfg is not None:
             self.log_params(flatten(cfg))

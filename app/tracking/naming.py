@@ -12,6 +12,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from app.tracking.redact import redact_override
+
 MAX_NAME = 90
 # Overrides that say where/how a job ran rather than what it trained: left out of run names.
 _SKIPPED = ("+experiment=", "experiment=", "output_dir=", "dataset.root=", "mlflow.", "hydra.")
@@ -30,19 +32,16 @@ def job_overrides(job_dir: str | Path | None) -> list[str]:
 
 
 def short_override(override: str) -> str:
-    """`model.hidden_channels=64` -> `hidden_channels=64` (no spaces)."""
-    key, _, value = override.lstrip("+~").partition("=")
+    """`model.hidden_channels=64` -> `hidden_channels=64` (no spaces), redacted first: with
+    its spaces gone, `sshpass -p PW ssh` would no longer read as a password."""
+    key, _, value = redact_override(override).lstrip("+~").partition("=")
     return f"{key.rsplit('.', 1)[-1]}={value}".replace(" ", "")
 
 
 def run_name(cfg: Any, job_dir: str | Path | None = None) -> str:
     """`<experiment or dataset>[-<overrides>]-<6 hex>`, at most about MAX_NAME characters."""
     base = getattr(cfg, "experiment", None) or getattr(getattr(cfg, "dataset", None), "name", "run")
-    from app.tracking.redact import redact_text
-
-    shown = [
-        redact_text(short_override(o)) for o in job_overrides(job_dir) if not o.startswith(_SKIPPED)
-    ]
+    shown = [short_override(o) for o in job_overrides(job_dir) if not o.startswith(_SKIPPED)]
     name = "-".join([base, *shown])
     if len(name) > MAX_NAME:
         name = name[: MAX_NAME - 1] + "~"

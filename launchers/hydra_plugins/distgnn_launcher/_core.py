@@ -151,7 +151,9 @@ def open_parent_run(config: DictConfig, sweep_dir: Path, run_id: str | None) -> 
         cfg.mlflow.run_name or f"sweep-{cfg.experiment or cfg.dataset.name}-{sweep_dir.name}",
         tags={"sweep_dir": str(sweep_dir.resolve()), "launcher": "distgnn"},
     )
-    log.info("MLflow parent run %s in %s", run_id, cfg.tracking_uri)
+    from app.tracking.redact import redact_text
+
+    log.info("MLflow parent run %s in %s", run_id, redact_text(cfg.tracking_uri))
     return run_id
 
 
@@ -168,6 +170,7 @@ def close_parent_run(config: DictConfig, run_id: str, status: str) -> None:
 
 def job_row(idx: int, ret: JobReturn, seconds: float):  # -> app.tracking.summary.JobRow
     """The summary row of job `idx`: final metrics from its job dir, its MLflow run id."""
+    from app.tracking.redact import redact_override
     from app.tracking.summary import JobRow, read_result, read_run_id
 
     job_dir = str(ret.hydra_cfg.hydra.runtime.output_dir) if ret.hydra_cfg else ""
@@ -175,7 +178,7 @@ def job_row(idx: int, ret: JobReturn, seconds: float):  # -> app.tracking.summar
     metrics = read_result(job_dir) if job_dir else {}
     return JobRow(
         label=str(idx),
-        overrides=[str(o) for o in ret.overrides or []],
+        overrides=[redact_override(str(o)) for o in ret.overrides or []],  # printed, summary.md
         status="FINISHED" if ok else "FAILED",
         metrics=metrics,
         time_s=seconds,
@@ -209,6 +212,7 @@ def report_sweep(
     """
     from app.fsutil import write_text_atomic
     from app.tracking import summary
+    from app.tracking.redact import redact_text
 
     try:
         cfg = _app_config(config)
@@ -234,7 +238,7 @@ def report_sweep(
             lines.append(f"  {summary.run_url(parent_run_id, exp)}")
             lines.append(f"charts: {summary.sweep_url(exp, parent_run_id, monitor)}")
             lines.append(f"open UI: {summary.ui_command(cfg.tracking_uri)}")
-        print("\n".join(lines), flush=True)
+        print(redact_text("\n".join(lines)), flush=True)  # the store's URI in the UI command
     except Exception as err:
         log.warning("could not report the sweep: %s", err)
 
