@@ -1,4 +1,4 @@
-"""`python -m app +experiment=NAME [overrides]`: compose, validate, dispatch.
+"""`python -m app experiment=NAME [overrides]`: compose, validate, dispatch.
 
 User errors (bad config, unusable partition, full disk) end in one line and a non-zero exit;
 Ctrl-C exits 130 and SIGTERM 143, after every child was stopped, without a traceback.
@@ -43,6 +43,7 @@ from app.config import (  # noqa: E402
     CONF_DIR,
     ConfigError,
     check_overrides,
+    normalize_overrides,
     register_configs,
     to_config,
 )
@@ -165,6 +166,8 @@ def run_cli(argv: list[str]) -> None:
     global _armed
     try:
         _armed = True
+        if normalize_overrides(argv) != argv:  # `main` (Hydra) parses sys.argv
+            argv = sys.argv[1:] = normalize_overrides(argv)
         check_overrides(argv)
         if _cfg_job_requested(argv) and not {"-m", "--multirun"} & set(argv):
             validate_printed_config(argv)

@@ -518,6 +518,23 @@ def save_config(cfg: Config, path: str | os.PathLike) -> None:
     write_text_atomic(Path(path), OmegaConf.to_yaml(OmegaConf.structured(cfg)))
 
 
+# Groups conf/config.yaml declares as `NAME: null` slots (lightning-hydra-template): selected by
+# `NAME=option`; Hydra refuses `+NAME=option` for a group already in the defaults list.
+SLOT_GROUPS = ("experiment", "debug")
+
+
+def normalize_overrides(argv: list[str]) -> list[str]:
+    """`+experiment=X` / `+debug=X` as `experiment=X` / `debug=X`: both spellings select the
+    option (the README's `+experiment=` predates the `experiment: null` slot)."""
+    out = []
+    for arg in argv:
+        key = arg.partition("=")[0]
+        if "=" in arg and key.startswith("+") and key.lstrip("+") in SLOT_GROUPS:
+            arg = arg.lstrip("+")
+        out.append(arg)
+    return out
+
+
 def compose_config(overrides: list[str]) -> Config:
     """`conf/config.yaml` with `overrides`, composed and validated as `python -m app` would."""
     from hydra import compose, initialize_config_dir
@@ -525,7 +542,7 @@ def compose_config(overrides: list[str]) -> Config:
     register_configs()
     conf = Path(__file__).resolve().parents[1] / "conf"
     with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-        return to_config(compose(config_name="config", overrides=list(overrides)))
+        return to_config(compose(config_name="config", overrides=normalize_overrides(overrides)))
 
 
 def load_config(path: str | os.PathLike) -> Config:
@@ -547,6 +564,8 @@ def check_override(arg: str, *, check_value: bool = True) -> None:
     if "=" not in arg or arg.startswith(("~", "hydra")):
         return
     key, value = arg.split("=", 1)
+    if check_value:
+        _check_not_a_sweep(arg, key, value)
     if key.lstrip("+") in CHOICE_GROUPS:
         _check_choice(key, value, sweep=not check_value)
         return
@@ -575,9 +594,30 @@ def check_override(arg: str, *, check_value: bool = True) -> None:
                 raise ConfigError(f"{key}={value}: {str(err).splitlines()[0]}") from None
 
 
+def _check_not_a_sweep(arg: str, key: str, value: str) -> None:
+    """Outside `-m`, `key=a,b` is neither a list nor a sweep: say how to write each, in one line
+    (Hydra's "Ambiguous value" report spans five)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    try:
+        sweep = OverridesParser.create().parse_override(arg).is_sweep_override()
+    except OverrideParseException:
+        return  # a syntax error: Hydra's own message names it
+    if sweep and key.lstrip("+") in CHOICE_GROUPS:
+        raise ConfigError(f"{arg}: {key} selects one option; a sweep over them needs -m")
+    if sweep and "(" not in value:
+        raise ConfigError(
+            f"{arg}: a comma-separated value is ambiguous; a list is written "
+            f"{key}=[{value}], a sweep over the values needs -m"
+        )
+    if sweep:
+        raise ConfigError(f"{arg}: a sweep needs -m")
+
+
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
-# Config groups chosen by name on the command line (`model=gat`, `+experiment=smoke`).
-CHOICE_GROUPS = (*GROUPS, "experiment")
+# Config groups chosen by name on the command line (`model=gat`, `experiment=smoke`).
+CHOICE_GROUPS = (*GROUPS, *SLOT_GROUPS)
 
 
 def _check_choice(key: str, value: str, sweep: bool) -> None:
