@@ -72,7 +72,8 @@ def _fail(kind: str, err: BaseException, code: int, *, refused: bool = False) ->
         from app.rundir import remove_unused_run_dir
 
         remove_unused_run_dir(job_dir())
-    print(f"{kind}: {err}", file=sys.stderr, flush=True)
+    lines = str(err).splitlines() or [""]  # several problems: one line each
+    print("\n".join(f"{kind}: {line}" for line in lines), file=sys.stderr, flush=True)
     sys.exit(code)
 
 
@@ -97,11 +98,11 @@ def main(node: DictConfig) -> float | None:
         cfg = to_config(node)
     except ConfigError as err:
         _fail("config error", err, EXIT_CONFIG, refused=True)
-    from app.dataset.files import OgbDataMissingError, precheck
+    from app.dataset.files import DataMissingError, precheck
 
-    try:  # real OGB data missing: one line, before any work (and before torch is imported)
+    try:  # OGB or the user's files missing: one line, before any work (and importing torch)
         precheck(cfg.dataset)
-    except OgbDataMissingError as err:
+    except DataMissingError as err:
         _fail("data error", err, EXIT_CONFIG, refused=True)
     # Imported only now: a config or data error above never pays for importing torch.
     from app.launch import JobFailed, partition_lock, partitions_dir

@@ -21,7 +21,9 @@ from omegaconf import II, OmegaConf
 from app.model.registry import MODELS
 from app.task.registry import OBJECTIVES
 
-DATASETS = ("synthetic_products", "synthetic_mag", "ogbn_products", "ogbn_mag")
+# A user's own graph: a `torch.save`d PyG Data/HeteroData, or a folder of arrays (app.dataset.user)
+USER_DATASETS = ("pyg_file", "arrays")
+DATASETS = ("synthetic_products", "synthetic_mag", "ogbn_products", "ogbn_mag", *USER_DATASETS)
 PARTITION_METHODS = ("metis", "random", "stream")
 NODE_ORDERS = ("original", "locality")
 EVAL_MODES = ("layerwise", "sampled")
@@ -50,6 +52,10 @@ class DatasetConfig:
     train_frac: float = 0.1
     val_frac: float = 0.05
     temporal: bool = False  # synthetic: add node/edge timestamps (`time` attribute)
+    # pyg_file: the `torch.save`d Data/HeteroData; arrays: the folder of edge_index, features,
+    # labels (and optional *_mask) `.npy`/`.pt` files. Without masks the split is drawn from
+    # train_frac/val_frac and the seed.
+    path: str | None = None
 
 
 @dataclass
@@ -430,6 +436,12 @@ def validate(cfg: Config) -> Config:
     _choice("train.eval_mode", cfg.train.eval_mode, EVAL_MODES)
     _check_fanouts(cfg)
     _check_device(cfg)
+    _require(
+        cfg.dataset.name not in USER_DATASETS or bool(cfg.dataset.path),
+        "dataset.path",
+        cfg.dataset.path,
+        f"dataset={cfg.dataset.name} reads your graph from it: set dataset.path=FILE_OR_DIR",
+    )
     positives = {
         "loader.batch_size": cfg.loader.batch_size,
         "loader.eval_batch_size": cfg.loader.eval_batch_size,
