@@ -30,7 +30,9 @@ EVAL_MODES = ("layerwise", "sampled")
 SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
 TEMPORAL_STRATEGIES = ("uniform", "last")
 CLUSTER_MODES = ("local", "env", "ssh")
-TASKS = ("train", "partition")
+TASKS = ("train", "partition", "eval")
+SCHEDULERS = ("none", "cosine", "step", "plateau")
+PRECISIONS = ("32-true", "bf16-mixed")
 TRAIN_DEVICES = ("cpu", "cuda", "auto")
 
 
@@ -126,6 +128,15 @@ class ModelConfig:
 
 
 @dataclass
+class EarlyStoppingConfig:
+    """Stop when `train.monitor` has not improved for `patience` evaluations (Lightning's
+    `EarlyStopping(patience, min_delta)`); 0: never."""
+
+    patience: int = 0
+    min_delta: float = 0.0  # an improvement must exceed this
+
+
+@dataclass
 class TrainConfig:
     objective: str = "node"  # node classification | link prediction
     epochs: int = 10
@@ -153,9 +164,24 @@ class TrainConfig:
     resume: bool | str = False
     device: str = "cpu"  # cpu | cuda | auto (cuda when available); samplers stay on the CPU
     eval_negatives: int = 20  # link eval: random destinations ranked against each positive
-    # Metric that picks a sweep's best job (summaries, `python -m app report`); "": val_acc,
-    # or val_auc for link objectives. Names containing "loss" or "time" are minimised.
+    # Metric that picks a sweep's best job (summaries, `python -m app report`), the best-k
+    # checkpoints, early stopping and the plateau scheduler; "": val_acc, or val_auc for link
+    # objectives. Names containing "loss" or "time" are minimised.
     monitor: str = ""
+    # Lightning's switches, Lightning's names (app/train/switches.py):
+    # learning-rate schedule per epoch: none | cosine (to 0 over train.epochs) | step (x gamma
+    # every scheduler_step_size epochs) | plateau (x gamma after scheduler_patience
+    # evaluations without a better monitor)
+    scheduler: str = "none"
+    scheduler_step_size: int = 10
+    scheduler_gamma: float = 0.1
+    scheduler_patience: int = 2
+    early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
+    # keep the k best checkpoints by the monitor beside last.pt (checkpoints/epoch_E-<monitor>_
+    # V.pt); 0: none, -1: every evaluated epoch
+    save_top_k: int = 0
+    gradient_clip_val: float = 0.0  # clip the gradients' global norm to this (0: off)
+    precision: str = "32-true"  # 32-true | bf16-mixed (autocast in training steps, CPU or GPU)
 
 
 @dataclass
@@ -209,6 +235,9 @@ class Config:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
     experiment: str | None = None  # name of the experiment file, set by conf/experiment/*
+    # task=eval: the checkpoint to score on val and test without training (Lightning's
+    # `trainer.validate(ckpt_path=...)`); the job's config must build the same model
+    ckpt_path: str | None = None
 
     @property
     def tracking_uri(self) -> str:
@@ -324,7 +353,7 @@ def _check_device(cfg: Config) -> None:
         raise ConfigError(
             f"{KERNELS_ENV}=numba runs CPU kernels only: unset it to train with train.device=cuda"
         )
-    if cfg.train.device != "cuda" or cfg.cluster.mode == "ssh" or cfg.task != "train":
+    if cfg.train.device != "cuda" or cfg.cluster.mode == "ssh" or cfg.task == "partition":
         return
     import torch
 
@@ -419,6 +448,43 @@ def _check_heartbeat(c: ClusterConfig) -> None:
     )
 
 
+def _check_switches(cfg: Config) -> None:
+    """The scheduler, early stopping, best-k, clipping, precision and `task=eval`'s checkpoint."""
+    t = cfg.train
+    _choice("train.scheduler", t.scheduler, SCHEDULERS)
+    _choice("train.precision", t.precision, PRECISIONS)
+    for key, value in (
+        ("train.scheduler_step_size", t.scheduler_step_size),
+        ("train.scheduler_gamma", t.scheduler_gamma),
+    ):
+        _require(value > 0, key, value, "must be > 0")
+    nonneg = {
+        "train.scheduler_patience": t.scheduler_patience,
+        "train.early_stopping.patience": t.early_stopping.patience,
+        "train.early_stopping.min_delta": t.early_stopping.min_delta,
+        "train.gradient_clip_val": t.gradient_clip_val,
+    }
+    for key, value in nonneg.items():
+        _require(value >= 0, key, value, "must be >= 0 (0: off)")
+    _require(t.save_top_k >= -1, "train.save_top_k", t.save_top_k, "must be -1 (all), 0 or k > 0")
+    _require(
+        t.save_top_k == 0 or t.checkpoint,
+        "train.save_top_k",
+        t.save_top_k,
+        "keeps checkpoints: set train.checkpoint=true as well",
+    )
+    if cfg.task != "eval":
+        return
+    path = cfg.ckpt_path
+    _require(bool(path), "ckpt_path", path, "task=eval scores a checkpoint: ckpt_path=PATH.pt")
+    _require(
+        cfg.cluster.mode == "ssh" or Path(str(path)).is_file(),
+        "ckpt_path",
+        path,
+        "no such file (a job's checkpoints are in <job dir>/checkpoints/)",
+    )
+
+
 def validate(cfg: Config) -> Config:
     """Cross-field checks run before any data is touched or any process starts."""
     _choice("task", cfg.task, TASKS)
@@ -434,6 +500,7 @@ def validate(cfg: Config) -> Config:
     _choice("train.sparse_optimizer", cfg.train.sparse_optimizer, ("adam", "adagrad"))
     _choice("train.device", cfg.train.device, TRAIN_DEVICES)
     _choice("train.eval_mode", cfg.train.eval_mode, EVAL_MODES)
+    _check_switches(cfg)
     _check_fanouts(cfg)
     _check_device(cfg)
     _require(
@@ -490,7 +557,7 @@ def validate(cfg: Config) -> Config:
         cfg.dataset.train_frac,
         "need 0 < train_frac and train_frac + val_frac < 1",
     )
-    if cfg.task == "train" and cfg.cluster.num_nodes > 1:
+    if cfg.task != "partition" and cfg.cluster.num_nodes > 1:
         _require(
             cfg.partition.num_parts == cfg.cluster.num_nodes,
             "partition.num_parts",
@@ -610,12 +677,15 @@ def _check_not_a_sweep(arg: str, key: str, value: str) -> None:
     """Outside `-m`, `key=a,b` is neither a list nor a sweep: say how to write each, in one line
     (Hydra's "Ambiguous value" report spans five)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import OverrideParseException
+    from hydra.errors import HydraException
 
     try:
         sweep = OverridesParser.create().parse_override(arg).is_sweep_override()
-    except OverrideParseException:
-        return  # a syntax error: Hydra's own message names it
+    except HydraException as err:  # e.g. a path holding "=": quoting makes it a string
+        first = (str(err).strip().splitlines() or [""])[-1]
+        raise ConfigError(
+            f"{arg}: Hydra cannot parse the value ({first}); quote it: {key}=\"'{value}'\""
+        ) from None
     if sweep and key.lstrip("+") in CHOICE_GROUPS:
         raise ConfigError(f"{arg}: {key} selects one option; a sweep over them needs -m")
     if sweep and "(" not in value:
