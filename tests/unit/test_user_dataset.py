@@ -180,10 +180,10 @@ def test_missing_path_and_files_fail_before_loading(compose, tmp_path):
         precheck(cfg.dataset)
 
 
-def _train(tmp_path: Path, name: str, *overrides: str) -> dict:
+def _train(tmp_path: Path, name: str, *overrides: str, exp: str = "smoke") -> dict:
     out = tmp_path / name
     proc = run_app(
-        "experiment=smoke", f"output_dir={out}", f"dataset.root={tmp_path / 'data'}",
+        f"experiment={exp}", f"output_dir={out}", f"dataset.root={tmp_path / 'data'}",
         "mlflow.enabled=false", "train.checkpoint=false", *overrides, timeout=240,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -219,3 +219,18 @@ def test_saved_data_trains_on_two_nodes_like_its_source(compose, tmp_path):
     assert got["world_size"] == 2
     (root,) = (tmp_path / "file" / "partitions").iterdir()
     assert root.name.startswith("pyg_file-") and (root / "part_1" / "graph.pt").exists()
+
+
+@pytest.mark.dist
+@pytest.mark.long
+def test_saved_hetero_data_trains_to_the_source_metrics(compose, tmp_path):
+    mag = ("dataset.num_nodes=1000", "cluster.num_nodes=1", "train.epochs=2")
+    cfg = compose("experiment=mag_hetero", *mag, f"dataset.root={tmp_path / 'data'}")
+    torch.save(load_dataset(cfg.dataset, cfg.seed), tmp_path / "mag.pt")
+    want = _train(tmp_path, "synthetic", *mag, exp="mag_hetero")
+    path = f"dataset.path={tmp_path}/mag.pt"
+    got = _train(tmp_path, "file", *mag, "dataset=pyg_file", path, exp="mag_hetero")
+    assert {k: got[k] for k in METRICS} == {k: want[k] for k in METRICS}
+    # the featureless types' learnable rows trained the same way too
+    moved = [k for k in want if k.startswith("emb_change.")]
+    assert moved and {k: got[k] for k in moved} == {k: want[k] for k in moved}
