@@ -95,8 +95,12 @@ class Switches:
         return cls(opts, make_scheduler(opts, optimizer))
 
     def _value(self, metrics: dict[str, float]) -> float | None:
+        """The monitor's value this epoch (None: not evaluated); a monitor the job never logs
+        is an error only where a switch needs it (a sweep table may still rank by it)."""
         value = metrics.get(self.opts.monitor)
-        if value is None and any(k.startswith("val_") for k in metrics):
+        o = self.opts
+        needed = o.scheduler == "plateau" or o.patience > 0 or o.save_top_k != 0
+        if value is None and needed and any(k.startswith("val_") for k in metrics):
             raise ConfigError(
                 f"train.monitor={self.opts.monitor}: not among this job's metrics "
                 f"({', '.join(sorted(metrics))})"

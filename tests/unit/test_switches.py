@@ -86,6 +86,8 @@ def test_a_monitor_the_job_does_not_log_is_one_line():
     sw = Switches.build(SwitchOptions(monitor="val_f1", patience=1), None)
     with pytest.raises(ConfigError, match=r"train.monitor=val_f1: not among this job's metrics"):
         sw.after_epoch(0, {"loss": 1.0, "val_acc": 0.5})
+    unused = Switches.build(SwitchOptions(monitor="time_s"), None)  # the sweep table's column
+    assert unused.after_epoch(0, {"loss": 1.0, "val_acc": 0.5}) == {}
 
 
 def test_best_k_keeps_the_best_files_beside_last(tmp_path):
