@@ -1,4 +1,4 @@
-"""`python -m app +experiment=NAME [overrides]`: compose, validate, dispatch.
+"""`python -m app experiment=NAME [overrides]`: compose, validate, dispatch.
 
 User errors (bad config, unusable partition, full disk) end in one line and a non-zero exit;
 Ctrl-C exits 130 and SIGTERM 143, after every child was stopped, without a traceback.
@@ -43,6 +43,7 @@ from app.config import (  # noqa: E402
     CONF_DIR,
     ConfigError,
     check_overrides,
+    normalize_overrides,
     register_configs,
     to_config,
 )
@@ -71,7 +72,9 @@ def _fail(kind: str, err: BaseException, code: int, *, refused: bool = False) ->
         from app.rundir import remove_unused_run_dir
 
         remove_unused_run_dir(job_dir())
-    say_outcome(err, f"{kind}: {err}")  # a failed job's line: already said by `run_job`
+    lines = str(err).splitlines() or [""]  # several problems: one line each
+    # a failed job's line: already said by `run_job`
+    say_outcome(err, "\n".join(f"{kind}: {line}" for line in lines))
     sys.exit(code)
 
 
@@ -96,11 +99,11 @@ def main(node: DictConfig) -> float | None:
         cfg = to_config(node)
     except ConfigError as err:
         _fail("config error", err, EXIT_CONFIG, refused=True)
-    from app.dataset.files import OgbDataMissingError, precheck
+    from app.dataset.files import DataMissingError, precheck
 
-    try:  # real OGB data missing: one line, before any work (and before torch is imported)
+    try:  # OGB or the user's files missing: one line, before any work (and importing torch)
         precheck(cfg.dataset)
-    except OgbDataMissingError as err:
+    except DataMissingError as err:
         _fail("data error", err, EXIT_CONFIG, refused=True)
     # Imported only now: a config or data error above never pays for importing torch.
     from app.launch import JobFailed, partition_lock, partitions_dir
@@ -165,6 +168,8 @@ def run_cli(argv: list[str]) -> None:
     global _armed
     try:
         _armed = True
+        if normalize_overrides(argv) != argv:  # `main` (Hydra) parses sys.argv
+            argv = sys.argv[1:] = normalize_overrides(argv)
         check_overrides(argv)
         if _cfg_job_requested(argv) and not {"-m", "--multirun"} & set(argv):
             validate_printed_config(argv)

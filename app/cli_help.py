@@ -1,7 +1,7 @@
 """`distgnn --help`: what a user can run, from the config files themselves.
 
 Hydra's own help names the program `__main__`, lists the typed `schema` entries in every group
-and knows nothing of `report` or `+experiment`; this one lists the groups' options as found
+and knows nothing of `report` or `experiment=`; this one lists the groups' options as found
 under `conf/` (so it never goes stale), the experiments, and the subcommands.
 """
 
@@ -28,19 +28,21 @@ def help_text(conf_dir: Path) -> str:
         "distgnn: distributed GNN training runs, configured with Hydra, tracked in MLflow",
         "",
         "usage:",
-        "  distgnn +experiment=NAME [key=value ...]      run a job (the summary says where)",
-        "  distgnn -m +experiment=NAME key=a,b ...       a sweep: one job per combination",
-        "  distgnn +experiment=NAME --cfg job            print the composed, validated config",
+        "  distgnn experiment=NAME [key=value ...]       run a job (the summary says where)",
+        "  distgnn -m experiment=NAME key=a,b ...        a sweep: one job per combination",
+        "  distgnn experiment=NAME --cfg job             print the composed, validated config",
+        "  distgnn experiment=NAME debug=fast            one short epoch, no MLflow: does it run?",
         "  distgnn report RUN_DIR|SWEEP_DIR|--experiment NAME [--format md|csv]",
         "                                                results tables from the MLflow store",
         "",
-        "experiments (+experiment=NAME):",
+        "experiments (experiment=NAME; +experiment=NAME works too):",
         "  " + ", ".join(experiments),
         "",
         "config groups (group=option):",
         *(f"  {group}: {', '.join(options)}" for group, options in groups.items()),
         "",
         "any key can be overridden (train.epochs=3, cluster.num_nodes=4); --cfg job lists them.",
+        "a list is written in brackets: sampler.num_neighbors=[10,5] (a,b without -m is refused)",
         "Hydra's own flags: distgnn --hydra-help",
     ]
     return "\n".join(lines) + "\n"

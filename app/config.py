@@ -21,6 +21,8 @@ from omegaconf import II, OmegaConf
 from app.model.registry import MODELS
 from app.task.registry import OBJECTIVES
 
+# A user's own graph: a `torch.save`d PyG Data/HeteroData, or a folder of arrays (app.dataset.user)
+USER_DATASETS = ("pyg_file", "arrays")
 DATASETS = (
     "synthetic_products",
     "synthetic_papers",
@@ -28,6 +30,7 @@ DATASETS = (
     "ogbn_products",
     "ogbn_papers100M",
     "ogbn_mag",
+    *USER_DATASETS,
 )
 # Homogeneous datasets: the ones the streaming partitioner takes.
 HOMOGENEOUS_DATASETS = (
@@ -43,7 +46,9 @@ SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
 TEMPORAL_STRATEGIES = ("uniform", "last")
 FEATURE_DTYPES = ("float32", "float16")
 CLUSTER_MODES = ("local", "env", "ssh")
-TASKS = ("train", "partition")
+TASKS = ("train", "partition", "eval")
+SCHEDULERS = ("none", "cosine", "step", "plateau")
+PRECISIONS = ("32-true", "bf16-mixed")
 TRAIN_DEVICES = ("cpu", "cuda", "auto")
 
 
@@ -71,6 +76,10 @@ class DatasetConfig:
     # each batch to float32 on its device); float32 (default) keeps them as generated / read
     feature_dtype: str = "float32"
     temporal: bool = False  # synthetic: add node/edge timestamps (`time` attribute)
+    # pyg_file: the `torch.save`d Data/HeteroData; arrays: the folder of edge_index, features,
+    # labels (and optional *_mask) `.npy`/`.pt` files. Without masks the split is drawn from
+    # train_frac/val_frac and the seed.
+    path: str | None = None
 
 
 @dataclass
@@ -146,6 +155,15 @@ class ModelConfig:
 
 
 @dataclass
+class EarlyStoppingConfig:
+    """Stop when `train.monitor` has not improved for `patience` evaluations (Lightning's
+    `EarlyStopping(patience, min_delta)`); 0: never."""
+
+    patience: int = 0
+    min_delta: float = 0.0  # an improvement must exceed this
+
+
+@dataclass
 class TrainConfig:
     objective: str = "node"  # node classification | link prediction
     epochs: int = 10
@@ -177,9 +195,24 @@ class TrainConfig:
     # -1: what the card has free after the model (its weights x4) and a tenth for activations.
     gpu_feature_bytes: int = -1
     eval_negatives: int = 20  # link eval: random destinations ranked against each positive
-    # Metric that picks a sweep's best job (summaries, `python -m app report`); "": val_acc,
-    # or val_auc for link objectives. Names containing "loss" or "time" are minimised.
+    # Metric that picks a sweep's best job (summaries, `python -m app report`), the best-k
+    # checkpoints, early stopping and the plateau scheduler; "": val_acc, or val_auc for link
+    # objectives. Names containing "loss" or "time" are minimised.
     monitor: str = ""
+    # Lightning's switches, Lightning's names (app/train/switches.py):
+    # learning-rate schedule per epoch: none | cosine (to 0 over train.epochs) | step (x gamma
+    # every scheduler_step_size epochs) | plateau (x gamma after scheduler_patience
+    # evaluations without a better monitor)
+    scheduler: str = "none"
+    scheduler_step_size: int = 10
+    scheduler_gamma: float = 0.1
+    scheduler_patience: int = 2
+    early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
+    # keep the k best checkpoints by the monitor beside last.pt (checkpoints/epoch_E-<monitor>_
+    # V.pt); 0: none, -1: every evaluated epoch
+    save_top_k: int = 0
+    gradient_clip_val: float = 0.0  # clip the gradients' global norm to this (0: off)
+    precision: str = "32-true"  # 32-true | bf16-mixed (autocast in training steps, CPU or GPU)
 
 
 @dataclass
@@ -233,6 +266,9 @@ class Config:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
     experiment: str | None = None  # name of the experiment file, set by conf/experiment/*
+    # task=eval: the checkpoint to score on val and test without training (Lightning's
+    # `trainer.validate(ckpt_path=...)`); the job's config must build the same model
+    ckpt_path: str | None = None
 
     @property
     def tracking_uri(self) -> str:
@@ -385,7 +421,7 @@ def _check_device(cfg: Config) -> None:
             f"{KERNELS_ENV}=numba runs CPU kernels only: unset it to train with train.device=cuda"
         )
     _check_sampler_device(cfg)
-    if cfg.train.device != "cuda" or cfg.cluster.mode == "ssh" or cfg.task != "train":
+    if cfg.train.device != "cuda" or cfg.cluster.mode == "ssh" or cfg.task == "partition":
         return
     import torch
 
@@ -480,6 +516,43 @@ def _check_heartbeat(c: ClusterConfig) -> None:
     )
 
 
+def _check_switches(cfg: Config) -> None:
+    """The scheduler, early stopping, best-k, clipping, precision and `task=eval`'s checkpoint."""
+    t = cfg.train
+    _choice("train.scheduler", t.scheduler, SCHEDULERS)
+    _choice("train.precision", t.precision, PRECISIONS)
+    for key, value in (
+        ("train.scheduler_step_size", t.scheduler_step_size),
+        ("train.scheduler_gamma", t.scheduler_gamma),
+    ):
+        _require(value > 0, key, value, "must be > 0")
+    nonneg = {
+        "train.scheduler_patience": t.scheduler_patience,
+        "train.early_stopping.patience": t.early_stopping.patience,
+        "train.early_stopping.min_delta": t.early_stopping.min_delta,
+        "train.gradient_clip_val": t.gradient_clip_val,
+    }
+    for key, value in nonneg.items():
+        _require(value >= 0, key, value, "must be >= 0 (0: off)")
+    _require(t.save_top_k >= -1, "train.save_top_k", t.save_top_k, "must be -1 (all), 0 or k > 0")
+    _require(
+        t.save_top_k == 0 or t.checkpoint,
+        "train.save_top_k",
+        t.save_top_k,
+        "keeps checkpoints: set train.checkpoint=true as well",
+    )
+    if cfg.task != "eval":
+        return
+    path = cfg.ckpt_path
+    _require(bool(path), "ckpt_path", path, "task=eval scores a checkpoint: ckpt_path=PATH.pt")
+    _require(
+        cfg.cluster.mode == "ssh" or Path(str(path)).is_file(),
+        "ckpt_path",
+        path,
+        "no such file (a job's checkpoints are in <job dir>/checkpoints/)",
+    )
+
+
 def validate(cfg: Config) -> Config:
     """Cross-field checks run before any data is touched or any process starts."""
     _choice("task", cfg.task, TASKS)
@@ -497,8 +570,15 @@ def validate(cfg: Config) -> Config:
     _choice("sampler.device", cfg.sampler.device, TRAIN_DEVICES)
     _choice("train.eval_mode", cfg.train.eval_mode, EVAL_MODES)
     _choice("dataset.feature_dtype", cfg.dataset.feature_dtype, FEATURE_DTYPES)
+    _check_switches(cfg)
     _check_fanouts(cfg)
     _check_device(cfg)
+    _require(
+        cfg.dataset.name not in USER_DATASETS or bool(cfg.dataset.path),
+        "dataset.path",
+        cfg.dataset.path,
+        f"dataset={cfg.dataset.name} reads your graph from it: set dataset.path=FILE_OR_DIR",
+    )
     positives = {
         "loader.batch_size": cfg.loader.batch_size,
         "loader.eval_batch_size": cfg.loader.eval_batch_size,
@@ -560,7 +640,7 @@ def validate(cfg: Config) -> Config:
         d.test_frac,
         "need 0 <= test_frac and train_frac + val_frac + test_frac <= 1 (0: the rest)",
     )
-    if cfg.task == "train" and cfg.cluster.num_nodes > 1:
+    if cfg.task != "partition" and cfg.cluster.num_nodes > 1:
         _require(
             cfg.partition.num_parts == cfg.cluster.num_nodes,
             "partition.num_parts",
@@ -600,6 +680,23 @@ def save_config(cfg: Config, path: str | os.PathLike) -> None:
     write_text_atomic(Path(path), OmegaConf.to_yaml(OmegaConf.structured(cfg)))
 
 
+# Groups conf/config.yaml declares as `NAME: null` slots (lightning-hydra-template): selected by
+# `NAME=option`; Hydra refuses `+NAME=option` for a group already in the defaults list.
+SLOT_GROUPS = ("experiment", "debug")
+
+
+def normalize_overrides(argv: list[str]) -> list[str]:
+    """`+experiment=X` / `+debug=X` as `experiment=X` / `debug=X`: both spellings select the
+    option (the README's `+experiment=` predates the `experiment: null` slot)."""
+    out = []
+    for arg in argv:
+        key = arg.partition("=")[0]
+        if "=" in arg and key.startswith("+") and key.lstrip("+") in SLOT_GROUPS:
+            arg = arg.lstrip("+")
+        out.append(arg)
+    return out
+
+
 def compose_config(overrides: list[str]) -> Config:
     """`conf/config.yaml` with `overrides`, composed and validated as `python -m app` would."""
     from hydra import compose, initialize_config_dir
@@ -607,7 +704,7 @@ def compose_config(overrides: list[str]) -> Config:
     register_configs()
     conf = Path(__file__).resolve().parents[1] / "conf"
     with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-        return to_config(compose(config_name="config", overrides=list(overrides)))
+        return to_config(compose(config_name="config", overrides=normalize_overrides(overrides)))
 
 
 def load_config(path: str | os.PathLike) -> Config:
@@ -629,6 +726,8 @@ def check_override(arg: str, *, check_value: bool = True) -> None:
     if "=" not in arg or arg.startswith(("~", "hydra")):
         return
     key, value = arg.split("=", 1)
+    if check_value:
+        _check_not_a_sweep(arg, key, value)
     if key.lstrip("+") in CHOICE_GROUPS:
         _check_choice(key, value, sweep=not check_value)
         return
@@ -657,9 +756,33 @@ def check_override(arg: str, *, check_value: bool = True) -> None:
                 raise ConfigError(f"{key}={value}: {str(err).splitlines()[0]}") from None
 
 
+def _check_not_a_sweep(arg: str, key: str, value: str) -> None:
+    """Outside `-m`, `key=a,b` is neither a list nor a sweep: say how to write each, in one line
+    (Hydra's "Ambiguous value" report spans five)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        sweep = OverridesParser.create().parse_override(arg).is_sweep_override()
+    except HydraException as err:  # e.g. a path holding "=": quoting makes it a string
+        first = (str(err).strip().splitlines() or [""])[-1]
+        raise ConfigError(
+            f"{arg}: Hydra cannot parse the value ({first}); quote it: {key}=\"'{value}'\""
+        ) from None
+    if sweep and key.lstrip("+") in CHOICE_GROUPS:
+        raise ConfigError(f"{arg}: {key} selects one option; a sweep over them needs -m")
+    if sweep and "(" not in value:
+        raise ConfigError(
+            f"{arg}: a comma-separated value is ambiguous; a list is written "
+            f"{key}=[{value}], a sweep over the values needs -m"
+        )
+    if sweep:
+        raise ConfigError(f"{arg}: a sweep needs -m")
+
+
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
-# Config groups chosen by name on the command line (`model=gat`, `+experiment=smoke`).
-CHOICE_GROUPS = (*GROUPS, "experiment")
+# Config groups chosen by name on the command line (`model=gat`, `experiment=smoke`).
+CHOICE_GROUPS = (*GROUPS, *SLOT_GROUPS)
 
 
 def _check_choice(key: str, value: str, sweep: bool) -> None:

@@ -6,6 +6,8 @@
   `conf/dataset/synthetic_papers.yaml`), generated straight to chunks for `partition=stream`.
 * `ogbn_products` / `ogbn_papers100M` / `ogbn_mag`: the real OGB data read from `cfg.root`
   (never downloaded).
+* `pyg_file` / `arrays`: the user's own graph at `cfg.path`, checked and brought to the same
+  layout (`user.py`).
 
 Homogeneous `Data`: `x` float32 (or `cfg.feature_dtype`) [N, F], `y` int64 [N], `edge_index` int64 [2, E] (row = source),
 disjoint bool `train_mask` / `val_mask` / `test_mask`, `num_classes`, and `time` int64 [N] when
@@ -18,7 +20,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from app.config import DATASETS, ConfigError, DatasetConfig
+from app.config import DATASETS, USER_DATASETS, ConfigError, DatasetConfig
 from app.dataset.files import OgbDataMissingError, cache_path, dataset_fingerprint
 
 if TYPE_CHECKING:
@@ -40,6 +42,12 @@ def load_dataset(cfg: DatasetConfig, seed: int) -> Data | HeteroData:
     from app.dataset.synthetic import generate_products, to_data
 
     check_sizes(cfg)
+    if cfg.name in USER_DATASETS:
+        from app.dataset.user import load_user_graph
+
+        data = load_user_graph(cfg, seed)
+        log.info("dataset %s (%s): %s", cfg.name, cfg.path, summary(data))
+        return data
     generators = {
         "synthetic_products": generate_products,
         "synthetic_papers": generate_products,  # same recipe, papers100M's shape (its yaml)

@@ -5,6 +5,8 @@ seconds of `import torch_geometric`, so a missing dataset is named at once (`pre
 
 * `cache_path`: `<root>/<name>-<fingerprint>/data.pt`, the generated or converted tensors
   (written and read by `app.dataset.cache`), keyed by `dataset_fingerprint`;
+* `user_files` / `content_fingerprint`: the files of a user's graph (`dataset=pyg_file` or
+  `dataset=arrays`) and the hash of their bytes, so its partitions are keyed by content;
 * `SPECS`: the files `ogb.nodeproppred.NodePropPredDataset` reads for ogbn-products,
   ogbn-papers100M and ogbn-mag, i.e. what unzipping OGB's `products.zip` / `papers100M-bin.zip`
   / `mag.zip` gives, moved to `<root>/ogbn_products` / `<root>/ogbn_papers100M` /
@@ -18,7 +20,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from app.config import DatasetConfig
+from app.config import USER_DATASETS, DatasetConfig
 
 GENERATOR_VERSION = 1  # bump when the synthetic generators' output changes (app/dataset/)
 # Keys that change synthetic data; real OGB data depends only on the name (and `temporal`).
@@ -39,6 +41,9 @@ def dataset_fingerprint(cfg: DatasetConfig, seed: int) -> str:
         key |= {"seed": seed, "version": GENERATOR_VERSION}
         # keys added later join only when set, so existing datasets keep their fingerprint
         key |= {k: fields[k] for k, default in OPTIONAL_KEYS.items() if fields[k] != default}
+    if cfg.name in USER_DATASETS:  # the split of a graph without masks depends on these too
+        key |= {k: fields[k] for k in SPLIT_KEYS}
+        key |= {"seed": seed, "content": content_fingerprint(user_files(cfg))}
     blob = json.dumps(key, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
 
@@ -47,8 +52,71 @@ def cache_path(cfg: DatasetConfig, seed: int) -> Path:
     return Path(cfg.root) / f"{cfg.name}-{dataset_fingerprint(cfg, seed)}" / "data.pt"
 
 
-class OgbDataMissingError(FileNotFoundError):
+class DataMissingError(FileNotFoundError):
+    """A dataset's file is missing or unusable; the message names it and the fix."""
+
+
+class OgbDataMissingError(DataMissingError):
     """An OGB file is missing under `dataset.root`; it is never downloaded at run time."""
+
+
+# dataset=arrays: the files of the folder (each `<name>.npy` or `<name>.pt`)
+ARRAYS_REQUIRED = ("edge_index", "features", "labels")
+ARRAYS_OPTIONAL = ("train_mask", "val_mask", "test_mask")
+ARRAY_SUFFIXES = (".npy", ".pt")
+HASH_BLOCK = 1 << 22
+_HASHES: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256 of the bytes
+
+
+def array_file(folder: Path, name: str) -> Path | None:
+    """`<folder>/<name>.npy` or `.pt`, whichever exists (None: neither)."""
+    found = [folder / f"{name}{s}" for s in ARRAY_SUFFIXES if (folder / f"{name}{s}").is_file()]
+    return found[0] if found else None
+
+
+def user_files(cfg: DatasetConfig) -> dict[str, Path]:
+    """{role: file} of a user's graph (`graph`, or each array's name); DataMissingError (one
+    line, with the fix) when one is not there."""
+    path = Path(cfg.path or "")
+    if cfg.name == "pyg_file":
+        if not path.is_file():
+            raise DataMissingError(
+                f"dataset.path={cfg.path}: no such file; write your graph with "
+                "torch.save(data, PATH) (a PyG Data or HeteroData) and point dataset.path at it"
+            )
+        return {"graph": path}
+    if not path.is_dir():
+        raise DataMissingError(
+            f"dataset.path={cfg.path}: no such folder; dataset=arrays reads "
+            f"{', '.join(ARRAYS_REQUIRED)} (and optional {', '.join(ARRAYS_OPTIONAL)}) as "
+            ".npy or .pt files from it"
+        )
+    missing = [n for n in ARRAYS_REQUIRED if array_file(path, n) is None]
+    if missing:
+        raise DataMissingError(
+            f"dataset.path={cfg.path}: no {', '.join(f'{n}.npy or {n}.pt' for n in missing)} "
+            f"(dataset=arrays needs {', '.join(ARRAYS_REQUIRED)}; the folder has "
+            f"{', '.join(sorted(p.name for p in path.iterdir())) or 'nothing'})"
+        )
+    found = {n: array_file(path, n) for n in ARRAYS_REQUIRED + ARRAYS_OPTIONAL}
+    return {n: f for n, f in found.items() if f is not None}
+
+
+def content_fingerprint(files: dict[str, Path]) -> str:
+    """sha256 over the files' roles and bytes, not their names or places: a copy of a graph
+    reuses its partition (each file is hashed once per process and version of it)."""
+    total = hashlib.sha256()
+    for role, path in sorted(files.items()):
+        st = path.stat()
+        key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+        if key not in _HASHES:
+            digest = hashlib.sha256()
+            with path.open("rb") as f:
+                while block := f.read(HASH_BLOCK):
+                    digest.update(block)
+            _HASHES[key] = digest.hexdigest()
+        total.update(f"{role}:{_HASHES[key]};".encode())
+    return total.hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -153,11 +221,15 @@ def check_files(spec: OgbSpec, root: Path) -> None:
 
 
 def precheck(cfg: DatasetConfig) -> None:
-    """Before any work: OgbDataMissingError if `cfg` is an OGB dataset whose files are missing.
+    """Before any work: DataMissingError if a file `cfg` reads is missing.
 
-    Nothing to check for synthetic datasets, or once the converted tensors are cached (a job
+    A user's graph: its file or folder must be there. Nothing to check for synthetic datasets,
+    or once the converted tensors are cached (a job
     that reuses its partition may then run without the raw files).
     """
+    if cfg.name in USER_DATASETS:
+        user_files(cfg)
+        return
     spec = SPECS.get(cfg.name)
     if spec is None or cache_path(cfg, seed=0).exists():
         return

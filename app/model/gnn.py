@@ -71,6 +71,8 @@ class CSRMatmul(torch.autograd.Function):
 
 
 def aggregate(adj: CSR, h: Tensor) -> Tensor:
+    if h.dtype == torch.bfloat16 and torch.is_autocast_enabled(h.device.type):
+        h = h.float()  # train.precision=bf16-mixed: the sparse sum's kernels are float32 only
     if h.dtype != torch.float32:
         raise ValueError(f"node features must be float32, got {h.dtype}")
     return CSRMatmul.apply(h, adj)

@@ -27,5 +27,5 @@ class PartitionSpec:
 
     @classmethod
     def from_config(cls, cfg: Config) -> PartitionSpec:
-        link = cfg.task == "train" and cfg.train.objective == "link"
+        link = cfg.task != "partition" and cfg.train.objective == "link"  # train or eval
         return cls(cfg.dataset, cfg.partition, cfg.seed, cfg.output_dir, link)

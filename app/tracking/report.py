@@ -5,8 +5,10 @@ scroll-back, so results can be pasted into a paper or compared across days:
 - a run dir (`<job dir>/mlflow_run_id`): that run as a one-row table;
 - a sweep dir (`hydra.sweep.dir`): its parent run's children, one row per job;
 - `--experiment NAME`: the newest `--limit` runs of the experiment (sweep parents left out).
-The store is `--tracking-uri`, else the `mlflow.db` found in the dir or up to three levels
-above it, else `outputs/mlflow.db` (the default `output_dir`).
+The store is `--tracking-uri`, else the one the job used, as the dir records it (`recorded_store`:
+a job's `mlflow_run.json`, else its config's `mlflow.tracking_uri` or `<output_dir>/mlflow.db`),
+else the `mlflow.db` found in the dir or up to three levels above it, else `outputs/mlflow.db`
+(the default `output_dir`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from app.tracking.summary import (
     format_table,
     monitor_for,
     read_run_id,
+    read_run_info,
 )
 
 SWEEP_TAG = "sweep_dir"  # set on a sweep's parent run by the launcher plugin
@@ -47,8 +50,55 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+CONFIG_FILES = ("config.yaml", ".hydra/config.yaml", "multirun.yaml")  # job, Hydra, sweep
+
+
+def _job_dirs(path: Path) -> list[Path]:
+    """`path` and, for a sweep dir, its numbered job dirs in order."""
+    jobs = sorted((p for p in path.glob("[0-9]*") if p.name.isdigit()), key=lambda p: int(p.name))
+    return [path, *jobs]
+
+
+def _configured_store(config: Path) -> str | None:
+    """The store a saved job config names: `mlflow.tracking_uri`, else the `mlflow.db` under
+    its `output_dir` when that file exists (an output_dir relative to where the job ran)."""
+    from omegaconf import OmegaConf
+
+    try:
+        node = OmegaConf.load(config)
+        uri = OmegaConf.select(node, "mlflow.tracking_uri", default=None)
+        out = OmegaConf.select(node, "output_dir", default=None)
+    except Exception:  # unreadable or not a job config: the next source decides
+        return None
+    if uri:
+        return str(uri)
+    db = Path(str(out or "")) / "mlflow.db"
+    return f"sqlite:///{db.resolve()}" if out and db.is_file() else None
+
+
+def recorded_store(path: Path) -> str | None:
+    """The store the job (or a sweep's jobs) in `path` logged to, as the dir records it: the
+    `tracking_uri` of `mlflow_run.json`, else the config's (see `_configured_store`)."""
+    for job in _job_dirs(path):
+        uri = read_run_info(job).get("tracking_uri")
+        if uri:
+            return str(uri)
+    for job in _job_dirs(path):
+        for name in CONFIG_FILES:
+            if (job / name).is_file():
+                uri = _configured_store(job / name)
+                if uri:
+                    return uri
+    return None
+
+
 def find_store(path: Path | None) -> str:
-    """sqlite URI of the `mlflow.db` at or above `path` (3 levels), else outputs/mlflow.db."""
+    """The store `path` records (`recorded_store`), else the sqlite URI of the `mlflow.db` at
+    or above `path` (3 levels), else outputs/mlflow.db."""
+    if path is not None and path.is_dir():
+        recorded = recorded_store(path)
+        if recorded:
+            return recorded
     if path is not None:
         for folder in [path, *list(path.parents)[:3]]:
             if (folder / "mlflow.db").is_file():

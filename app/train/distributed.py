@@ -39,7 +39,7 @@ from app.task.registry import build_task
 from app.tracking.mlflow import make_tracker
 from app.tracking.progress import phase
 from app.train.finite import result_json
-from app.train.loop import FitOptions, fit
+from app.train.loop import FitOptions, epochs_done, eval_checkpoint, fit
 
 log = logging.getLogger("distgnn.train")
 
@@ -165,15 +165,15 @@ def train_distributed(runtime: Runtime, cfg: Config) -> dict[str, float]:
         _start_tracking(session, source.part)
         with phase("ranks ready"):  # the first epoch starts together: no rank's epoch time
             dist.barrier()  # or data wait counts rank 0's tracker start-up
-        metrics = fit(
-            task, FitOptions.from_config(cfg.train, runtime.job_dir), tracker=session.tracker
-        )
+        opts = FitOptions.from_config(cfg.train, runtime.job_dir, eval_checkpoint(cfg))
+        metrics = fit(task, opts, tracker=session.tracker)
         extra = task.finish()
         if extra:
             metrics.update(extra)
             if session.tracker is not None:
                 session.tracker.log_metrics(extra, step=cfg.train.epochs - 1)
-        result = {**metrics, "epochs_done": cfg.train.epochs, "world_size": runtime.world_size}
+        done = epochs_done(cfg, metrics)
+        result = {**metrics, "epochs_done": done, "world_size": runtime.world_size}
         if runtime.rank == 0:
             write_text_atomic(Path(runtime.job_dir) / RESULT_FILE, result_json(result))
         status = "FINISHED"

@@ -18,7 +18,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
@@ -34,10 +34,12 @@ from app.train.checkpoint import (
     gather_per_rank,
     gather_rng_states,
     load_checkpoint,
+    read_checkpoint,
     rng_state,
     save_checkpoint,
 )
 from app.train.finite import check_loss
+from app.train.switches import Switches, SwitchOptions, autocast, clip_gradients
 from app.train.wire import WireMeter
 
 log = logging.getLogger("distgnn.train")
@@ -101,6 +103,8 @@ def train_epoch(
     desc: str = "train",
     done: EpochStats | None = None,
     on_step: Callable[[EpochStats], None] | None = None,
+    clip_val: float = 0.0,
+    precision: str = "32-true",
 ) -> EpochStats:
     """One pass over `loader` (at most `max_steps` batches if > 0); returns job-wide sums.
 
@@ -115,10 +119,12 @@ def train_epoch(
             resume): that many batches are drawn and dropped first (their sampling is seeded
             by their index, so the rest are the batches the interrupted run would have had).
         on_step: called with this rank's running sums after every step (mid-epoch checkpoints).
+        clip_val: `train.gradient_clip_val`; precision: `train.precision` (app.train.switches).
     """
     model.train()
     stats = EpochStats(**done.to_dict()) if done is not None else EpochStats()
     start = time.perf_counter()
+    device_type = next(model.parameters()).device.type
     with _join_context(model):
         bar, rates = _progress(loader, desc, _length(loader, max_steps))
         batches = iter(bar)
@@ -131,11 +137,13 @@ def train_epoch(
             if batch is None:
                 break
             optimizer.zero_grad(set_to_none=True)
-            res = objective(model, batch)
+            with autocast(precision, device_type):
+                res = objective(model, batch)
             loss = res.loss.detach()
             if loss.device.type == "cpu":  # free on the host; on a GPU a read-back per step
                 check_loss(float(loss), model, batch, f"{desc}, step {int(stats.steps)}")
             res.loss.backward()
+            clip_gradients(model, clip_val)
             optimizer.step()
             stats.add(loss, res.correct, res.count, res.edges)  # summed on the device
             stats.data_wait_s += t1 - t0
@@ -178,10 +186,14 @@ class FitOptions:
     checkpoint: bool = True
     resume: bool | str = False  # True | False | "auto" (no warning without a checkpoint)
     checkpoint_every_steps: int = 0  # also checkpoint inside an epoch every N steps (0: off)
+    switches: SwitchOptions = field(default_factory=SwitchOptions)
+    clip_val: float = 0.0  # train.gradient_clip_val
+    precision: str = "32-true"  # train.precision
+    eval_ckpt: str | None = None  # task=eval: score this checkpoint, train nothing
 
     @classmethod
-    def from_config(cls, t: Any, job_dir: str | None) -> FitOptions:
-        """From `TrainConfig` `t`, checkpointing under `job_dir`."""
+    def from_config(cls, t: Any, job_dir: str | None, eval_ckpt: str | None = None) -> FitOptions:
+        """From `TrainConfig` `t`, checkpointing under `job_dir` (`eval_ckpt`: task=eval)."""
         return cls(
             t.epochs,
             t.eval_every,
@@ -190,7 +202,21 @@ class FitOptions:
             t.checkpoint,
             t.resume,
             t.checkpoint_every_steps,
+            SwitchOptions.from_config(t),
+            t.gradient_clip_val,
+            t.precision,
+            eval_ckpt,
         )
+
+
+def eval_checkpoint(cfg: Any) -> str | None:
+    """The checkpoint a `task=eval` job scores (`ckpt_path`), or None for a training job."""
+    return cfg.ckpt_path if cfg.task == "eval" else None
+
+
+def epochs_done(cfg: Any, metrics: dict[str, float]) -> int:
+    """Epochs the job's model has trained: all of them, fewer after early stopping."""
+    return int(metrics.get("epoch", cfg.train.epochs - 1)) + 1
 
 
 def fit(
@@ -213,8 +239,22 @@ def fit(
     With `opts.checkpoint_every_steps` > 0 the checkpoint is also written inside an epoch,
     every N steps, with the position (`app.train.checkpoint.Position`): a resume continues
     from that step with the same batches, weights, optimizer and RNG states.
+
+    The switches (`app.train.switches`: scheduler, early stopping, best-k) act after each
+    epoch's evaluation; their state is in every checkpoint. `opts.eval_ckpt` (task=eval) only
+    scores that checkpoint.
     """
-    first, position = _resume(task, opts)
+    if opts.eval_ckpt:
+        return _score_checkpoint(task, opts.eval_ckpt, tracker, on_epoch)
+    switches = Switches.build(opts.switches, task.optimizer.dense)
+
+    def state_of() -> dict[str, Any]:
+        return {**task.state_dict(), "switches": switches.state_dict()}
+
+    first, position = _resume(task, opts, switches)
+    if switches.stopped and opts.job_dir:  # a resume of a job that stopped early
+        log.info("early stopping had ended this job at epoch %d: nothing to train", first - 1)
+        return dict(read_checkpoint(checkpoint_path(opts.job_dir))["metrics"])
     metrics: dict[str, float] = {}
     wire = WireMeter.for_job()
     for epoch in range(first, opts.epochs):
@@ -231,7 +271,9 @@ def fit(
             max_steps=opts.max_steps,
             desc=f"epoch {epoch}",
             done=done,
-            on_step=_mid_epoch_saver(task, opts, epoch),
+            on_step=_mid_epoch_saver(task, opts, epoch, state_of),
+            clip_val=opts.clip_val,
+            precision=opts.precision,
         )
         metrics = {"epoch": float(epoch), **stats.as_metrics()}
         metrics.update(_data_path(task.loaders["train"], stats.steps))
@@ -242,12 +284,41 @@ def fit(
             metrics.update(task.evaluate(("val", "test")))
             if wire:
                 metrics.update(wire.metrics("eval", trained, wire.read(), 1.0))
+        metrics.update(switches.after_epoch(epoch, metrics))
         if opts.checkpoint and opts.job_dir:
-            state = task.state_dict()  # collective for distributed tables
+            state = state_of()  # collective for distributed tables
             rngs = gather_rng_states()
             if _rank() == 0:
-                save_checkpoint(checkpoint_path(opts.job_dir), state, epoch, metrics, rngs)
+                last = save_checkpoint(checkpoint_path(opts.job_dir), state, epoch, metrics, rngs)
+                switches.write_best(last)
         _report(epoch, metrics, tracker, on_epoch)
+        if switches.stopped:
+            break
+    return metrics
+
+
+def _score_checkpoint(
+    task: _Task,
+    path: str,
+    tracker: _Tracker | None,
+    on_epoch: Callable[[int, dict[str, float]], None] | None,
+) -> dict[str, float]:
+    """task=eval: the checkpoint's weights (and embedding rows) scored on val and test."""
+    from app.config import ConfigError
+
+    try:
+        state = load_checkpoint(path, task)
+    except RuntimeError as err:  # another model's state dict: name its first difference
+        lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
+        first = lines[1] if len(lines) > 1 else (lines or [""])[0]
+        raise ConfigError(
+            f"ckpt_path={path}: does not fit this job's model ({first[:200]}); give the "
+            "experiment and overrides it was trained with"
+        ) from None
+    epoch = int(state["epoch"])
+    log.info("scoring %s (epoch %d) on val and test", path, epoch)
+    metrics = {"epoch": float(epoch), **task.evaluate(("val", "test"))}
+    _report(epoch, metrics, tracker, on_epoch)
     return metrics
 
 
@@ -274,7 +345,7 @@ def _data_path(loader: Any, steps: int) -> dict[str, float]:
 
 
 def _mid_epoch_saver(
-    task: _Task, opts: FitOptions, epoch: int
+    task: _Task, opts: FitOptions, epoch: int, state_of: Callable[[], dict[str, Any]]
 ) -> Callable[[EpochStats], None] | None:
     """The `on_step` hook writing a checkpoint every `checkpoint_every_steps` steps, or None.
 
@@ -293,7 +364,7 @@ def _mid_epoch_saver(
         step = int(stats.steps)
         if step % every or step >= common:
             return
-        state = task.state_dict()  # collective for distributed tables
+        state = state_of()  # collective for distributed tables
         state["loader_epochs"]["train"] = loader.epoch - 1  # re-enter this epoch on resume
         ranks = gather_per_rank({"rng": rng_state(), "stats": stats.to_dict()})
         if _rank() == 0:
@@ -304,9 +375,10 @@ def _mid_epoch_saver(
     return save
 
 
-def _resume(task: _Task, opts: FitOptions) -> tuple[int, Position | None]:
+def _resume(task: _Task, opts: FitOptions, switches: Switches) -> tuple[int, Position | None]:
     """(first epoch to run, position inside it or None): (0, None) without a checkpoint;
-    one past the checkpointed epoch, or the epoch a mid-epoch checkpoint was written in."""
+    one past the checkpointed epoch, or the epoch a mid-epoch checkpoint was written in. The
+    switches continue from their saved state."""
     if not (opts.resume and opts.job_dir):
         return 0, None
     path = checkpoint_path(opts.job_dir)
@@ -315,6 +387,7 @@ def _resume(task: _Task, opts: FitOptions) -> tuple[int, Position | None]:
         say("train.resume=%s but %s does not exist: starting from epoch 0", opts.resume, path)
         return 0, None
     state = load_checkpoint(path, task)
+    switches.load_state_dict(state.get("switches"))
     position = Position.from_state(state)
     if position is not None:
         log.info("resumed from %s (epoch %d, step %d)", path, position.epoch, position.step)

@@ -19,7 +19,7 @@ from app.fsutil import write_text_atomic
 from app.tracking.mlflow import Tracker, make_tracker
 from app.tracking.progress import phase
 from app.train.finite import result_json
-from app.train.loop import FitOptions, fit
+from app.train.loop import FitOptions, epochs_done, eval_checkpoint, fit
 
 log = logging.getLogger("distgnn.train")
 
@@ -57,7 +57,9 @@ def train_single(
             data = load_dataset(cfg.dataset, cfg.seed)
         seed_everything(cfg.seed)  # same init whether or not the dataset came from the cache
         task = build_task(cfg, LocalSource(cfg, data))
-        opts = FitOptions.from_config(cfg.train, str(job_dir) if job_dir is not None else None)
+        opts = FitOptions.from_config(
+            cfg.train, str(job_dir) if job_dir is not None else None, eval_checkpoint(cfg)
+        )
         metrics = fit(task, opts, tracker=tracker)
         extra = task.finish()
         if extra:
@@ -70,6 +72,6 @@ def train_single(
     if own:
         tracker.end()
     if job_dir is not None:  # the same file a distributed job's rank 0 writes
-        result = {**metrics, "epochs_done": cfg.train.epochs, "world_size": 1}
+        result = {**metrics, "epochs_done": epochs_done(cfg, metrics), "world_size": 1}
         write_text_atomic(Path(job_dir) / RESULT_FILE, result_json(result))
     return metrics

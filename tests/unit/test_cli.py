@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -104,3 +105,20 @@ def test_sigterm_after_the_job_ended_exits_143():
     )
     assert proc.returncode == 143, (proc.returncode, proc.stderr[-2000:])
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.dist
+def test_debug_fast_runs_one_short_epoch_without_mlflow(tmp_path):
+    proc = run_app(
+        "experiment=smoke",
+        "debug=fast",
+        "dataset.train_frac=0.5",
+        f"output_dir={tmp_path}",
+        f"dataset.root={tmp_path / 'data'}",
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (job,) = (tmp_path / "runs").iterdir()
+    result = json.loads((job / "result.json").read_text())
+    assert result["epoch"] == 0 and result["steps"] == 3, result
+    assert not (tmp_path / "mlflow.db").exists() and not (job / "checkpoints").exists()

@@ -155,3 +155,53 @@ def test_override_precheck_lets_valid_and_sweep_overrides_through():
     )
     with pytest.raises(ConfigError, match="hidden_channel"):
         check_overrides(["-m", "model.hidden_channel=64,128"])
+
+
+@pytest.mark.parametrize("spelling", ["experiment=smoke", "+experiment=smoke"])
+def test_experiment_selects_with_or_without_plus(compose, spelling):
+    """`experiment: null` in the defaults (lightning-hydra-template) lets `experiment=NAME`
+    select; the README's `+experiment=NAME` keeps working (Hydra alone would refuse it)."""
+    cfg = compose(spelling, "model.hidden_channels=48")
+    assert (cfg.experiment, cfg.dataset.num_nodes, cfg.model.hidden_channels) == ("smoke", 2000, 48)
+    assert compose().experiment is None
+
+
+def test_debug_fast_overrides_the_experiment(compose):
+    base = compose("experiment=products_homo")
+    cfg = compose("debug=fast", "experiment=products_homo")  # order-free: debug comes last
+    assert (cfg.train.epochs, cfg.train.max_steps_per_epoch) == (1, 3)
+    assert not cfg.mlflow.enabled and not cfg.train.checkpoint
+    assert cfg.model == base.model and cfg.dataset == base.dataset
+    assert compose("+experiment=smoke", "+debug=limit").train.epochs == 3
+
+
+@pytest.mark.parametrize(
+    "arg, message",
+    [
+        (
+            "sampler.num_neighbors=10,5",
+            "sampler.num_neighbors=10,5: a comma-separated value is ambiguous; a list is written "
+            "sampler.num_neighbors=[10,5], a sweep over the values needs -m",
+        ),
+        ("model=gat,sage", "model=gat,sage: model selects one option; a sweep over them needs -m"),
+        ("train.lr=choice(0.1,0.01)", "train.lr=choice(0.1,0.01): a sweep needs -m"),
+    ],
+)
+def test_comma_without_multirun_is_one_line(arg, message):
+    with pytest.raises(ConfigError) as err:
+        check_overrides(["experiment=smoke", arg])
+    assert str(err.value) == message
+    check_overrides(["-m", "experiment=smoke", arg])  # with -m: a real sweep, Hydra's to expand
+
+
+@pytest.mark.dist
+def test_cli_list_without_brackets_is_one_line(tmp_path):
+    proc = run_app(
+        "experiment=smoke", "sampler.num_neighbors=10,5", f"output_dir={tmp_path}", timeout=30
+    )
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln]
+    assert lines == [
+        "config error: sampler.num_neighbors=10,5: a comma-separated value is ambiguous; a list "
+        "is written sampler.num_neighbors=[10,5], a sweep over the values needs -m"
+    ]

@@ -69,3 +69,56 @@ def test_bad_arguments_are_one_line(sweep, tmp_path, capsys):
     assert err.count("\n") == 1 and "neither a run dir" in err
     assert report(["--experiment", "nope", "--tracking-uri", uri]) == 2
     assert "no experiment 'nope' in the store (it has: " in capsys.readouterr().err
+
+
+@pytest.fixture
+def elsewhere(tmp_path):
+    """A run logged to a store outside the job's output dir (a non-default tracking_uri)."""
+    store = tmp_path / "stores" / "team.db"
+    store.parent.mkdir()
+    uri = f"sqlite:///{store}"
+    job_dir = tmp_path / "out" / "runs" / "2026-01-01_00-00-00-abcdef"
+    (job_dir / ".hydra").mkdir(parents=True)
+    (job_dir / ".hydra" / "overrides.yaml").write_text("- experiment=smoke\n")
+    tracker = MlflowTracker(uri, "team")
+    with tracker:
+        tracker.start(Config(experiment="smoke"), tags={"job_dir": str(job_dir)})
+        tracker.log_metrics({"loss": 0.5, "val_acc": 0.8}, step=0)
+    return uri, job_dir
+
+
+def test_report_finds_the_store_the_run_dir_records(elsewhere, capsys):
+    uri, job_dir = elsewhere
+    assert not list(job_dir.parents[2].glob("**/mlflow.db"))  # nothing to find by searching
+    assert report([str(job_dir), "--format", "csv"]) == 0  # via mlflow_run.json
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[1].startswith("2026-01-01_00-00-00-abcdef,FINISHED,0.8,0.5,"), rows
+
+
+def test_report_finds_the_store_in_the_dirs_config(elsewhere, capsys, monkeypatch, tmp_path):
+    """Without mlflow_run.json (a job that failed before its run was recorded, a copied dir),
+    the job's Hydra config names the store."""
+    uri, job_dir = elsewhere
+    monkeypatch.chdir(tmp_path)  # no outputs/mlflow.db to fall back on
+    (job_dir / "mlflow_run.json").unlink()
+    assert report([str(job_dir)]) == 2  # searched above the dir: no store there
+    assert "no MLflow store at" in capsys.readouterr().err
+    config = f"output_dir: {job_dir.parents[1]}\nmlflow:\n  tracking_uri: {uri}\n"
+    (job_dir / ".hydra" / "config.yaml").write_text(config)
+    assert report([str(job_dir), "--format", "csv"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].startswith("2026-01-01_00-00-00-abcdef,")
+
+
+@pytest.mark.dist
+def test_report_on_a_real_job_with_a_non_default_store(tmp_path):
+    from tests.helpers.jobs import run_app
+
+    uri = f"sqlite:///{tmp_path / 'team' / 'store.db'}"
+    (tmp_path / "team").mkdir()
+    args = ("experiment=smoke", "debug=limit", f"mlflow.tracking_uri={uri}")
+    job = run_app(*args, f"output_dir={tmp_path / 'out'}", f"dataset.root={tmp_path}", timeout=180)
+    assert job.returncode == 0, job.stderr[-2000:]
+    (job_dir,) = (tmp_path / "out" / "runs").iterdir()
+    proc = run_app("report", str(job_dir), "--format", "csv", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[1].startswith(f"{job_dir.name},FINISHED,"), proc.stdout

@@ -148,7 +148,8 @@ def test_null_tracker_and_rank_selection(uri):
 def test_flatten_nested_config():
     flat = flatten(Config())
     assert flat["model.hidden_channels"] == 256 and flat["train.lr"] == 0.003
-    assert all("." in k for k in flat if k not in ("task", "seed", "output_dir", "experiment"))
+    top = ("task", "seed", "output_dir", "experiment", "ckpt_path")
+    assert all("." in k for k in flat if k not in top)
 
 
 def test_logging_prefixes_role_and_rank(tmp_path):
