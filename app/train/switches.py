@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from app.config import ConfigError
+from app.partition.reader import checksum_file
 from app.tracking.summary import lower_is_better, monitor_for
 
 log = logging.getLogger("distgnn.train")
@@ -171,11 +172,14 @@ class Switches:
         if pending is None:
             return
         name, dropped = pending
-        tmp = last.parent / f".{name}.tmp"
-        shutil.copyfile(last, tmp)
-        os.replace(tmp, last.parent / name)
+        for src, dst in ((checksum_file(last), checksum_file(last.parent / name)),
+                         (last, last.parent / name)):  # fmt: skip
+            tmp = dst.parent / f".{dst.name}.tmp"  # the checksum first: a crash between the two
+            shutil.copyfile(src, tmp)  # leaves a file whose sidecar names its bytes or none
+            os.replace(tmp, dst)
         for old in dropped:
             (last.parent / old).unlink(missing_ok=True)
+            checksum_file(last.parent / old).unlink(missing_ok=True)
 
     def _worst(self) -> Best | None:
         if not self.kept:

@@ -97,7 +97,8 @@ def test_best_k_keeps_the_best_files_beside_last(tmp_path):
     files = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     best = sorted(history, key=lambda e: (-history[e]["val_acc"], e))[:2]
     want = sorted(f"epoch_{e}-val_acc_{history[e]['val_acc']:.4f}.pt" for e in best)
-    assert files == sorted([*want, "last.pt"]), (files, history)
+    want = [*want, "last.pt"]  # each with its checksum (app.partition.reader.checksum_file)
+    assert files == sorted(want + [f"{w}.xxh3" for w in want]), (files, history)
     for e in best:
         saved = read_checkpoint(tmp_path / "checkpoints" / f"epoch_{e}-val_acc_"
                                 f"{history[e]['val_acc']:.4f}.pt")  # fmt: skip
@@ -173,7 +174,7 @@ def test_task_eval_scores_a_best_checkpoint_without_training(compose, tmp_path):
     tracker = NullTracker()
     tracker.log_metrics = lambda m, step=None: trained.__setitem__(step, m)  # type: ignore
     train_single(cfg, job_dir=tmp_path / "job", tracker=tracker)
-    (best,) = [p for p in (tmp_path / "job" / "checkpoints").iterdir() if p.name != "last.pt"]
+    (best,) = [p for p in (tmp_path / "job" / "checkpoints").glob("*.pt") if p.name != "last.pt"]
     epoch = int(best.name.split("-")[0].removeprefix("epoch_"))
     cfg.task, cfg.ckpt_path = "eval", str(best)
     before = best.stat().st_mtime_ns
@@ -254,7 +255,7 @@ def test_two_node_switches_resume_and_eval(tmp_path):
         saved["scheduler"]
         == read_checkpoint(job / "checkpoints" / "last.pt")["switches"]["scheduler"]
     )
-    (best,) = [p for p in (job / "checkpoints").iterdir() if p.name != "last.pt"]
+    (best,) = [p for p in (job / "checkpoints").glob("*.pt") if p.name != "last.pt"]
     kept = read_checkpoint(best)
     scored, _ = _job(tmp_path, "eval", "task=eval", f"ckpt_path={best}")
     assert scored["epoch"] == kept["epoch"]
