@@ -37,8 +37,8 @@ from app.distributed.dist_neighbor_sampler import DistNeighborSampler
 from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.graph_store import LocalGraphStore
 from app.distributed.shm import PREFIX, SHM_DIR, BatchRing
+from app.loader.epochs import EpochBatching
 from app.runtime import worker_name
-from app.sampler.kernel import derive_seed
 
 Stores = tuple[LocalFeatureStore, LocalGraphStore]
 log = logging.getLogger("distgnn")
@@ -139,20 +139,20 @@ class DistLoader:
         **unknown: Any,
     ) -> None:
         _refuse(unknown, channel, rpc_worker_names, dist_sampler)
-        if batch_size <= 0 or concurrency <= 0 or num_workers < 0 or feature_cache_size < 0:
+        if concurrency <= 0 or num_workers < 0 or feature_cache_size < 0:
             raise ValueError(
-                f"batch_size={batch_size}, concurrency={concurrency}, num_workers={num_workers}, "
-                f"feature_cache_size={feature_cache_size}: need batch_size > 0, concurrency > 0, "
-                "num_workers >= 0, feature_cache_size >= 0 (sampler.feature_cache_size=0: off)"
+                f"concurrency={concurrency}, num_workers={num_workers}, feature_cache_size="
+                f"{feature_cache_size}: need concurrency > 0, num_workers >= 0, "
+                "feature_cache_size >= 0 (sampler.feature_cache_size=0: off)"
             )
+        self.batching = EpochBatching(batch_size, shuffle, drop_last, seed)
         self.ctx = current_ctx
         self.feature_store, self.graph_store = self._stores(data)
         gs = self.graph_store
         if current_ctx is not None:  # PyG's five fields → our RPC identity (no-op if derived)
             self.ctx = current_ctx.for_partition(gs.num_partitions, gs.partition_idx, num_workers)
-        self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
         self.num_workers, self.concurrency = num_workers, concurrency
-        self.seed, self.epoch, self.transform = seed, 0, transform
+        self.epoch, self.transform = 0, transform
         self.rpc_timeout, self.async_sampling = rpc_timeout, async_sampling
         self.device = None if device is None else torch.device(device)
         self.filter_per_worker = filter_per_worker  # features are always gathered by the sampler
@@ -244,22 +244,16 @@ class DistLoader:
 
     # -- batching -----------------------------------------------------------------------------
 
-    def _order(self, n: int) -> Tensor:
-        """This epoch's order of the n inputs (seeded, different every epoch)."""
-        if not self.shuffle:
-            return torch.arange(n)
-        gen = torch.Generator().manual_seed(derive_seed(self.seed, self.epoch) & 0x7FFFFFFFFFFF)
-        return torch.randperm(n, generator=gen)
-
-    def _num_inputs(self) -> int:
+    @property
+    def num_inputs(self) -> int:
+        """Seed nodes (links for the link loader) cut into batches."""
         raise NotImplementedError
 
     def _submit(self, index: Tensor, batch_idx: int) -> Any:
         raise NotImplementedError
 
     def __len__(self) -> int:
-        n = self._num_inputs()
-        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+        return self.batching.num_batches(self.num_inputs)
 
     @property
     def dist_sampler(self) -> DistNeighborSampler:
@@ -282,11 +276,7 @@ class DistLoader:
 
     def _epoch_batches(self) -> list[Tensor]:
         """The input indices of each batch of epoch `self.epoch`, in order."""
-        order = self._order(self._num_inputs())
-        batches = [order[i : i + self.batch_size] for i in range(0, order.numel(), self.batch_size)]
-        if self.drop_last and batches and batches[-1].numel() < self.batch_size:
-            batches.pop()
-        return batches
+        return self.batching.indices(self.num_inputs, self.epoch)
 
     def prefetch(self) -> None:
         """Start sampling the next epoch's first batches now (as many as are kept in flight),
@@ -309,7 +299,7 @@ class DistLoader:
 
     def _request(self, item: tuple[int, Tensor], epoch: int) -> Any:
         """Request batch `item` = (its position in `epoch`, its input indices), seeded by both."""
-        return self._send(item[1], derive_seed(self.seed, epoch, item[0]))
+        return self._send(item[1], self.batching.batch_seed(epoch, item[0]))
 
     def _send(self, index: Tensor, seed: int) -> Any:
         """Request a batch (`_submit`): from the sender thread when sampler processes make it,
@@ -582,7 +572,8 @@ class DistNeighborLoader(DistLoader):
             )
         return input_time
 
-    def _num_inputs(self) -> int:
+    @property
+    def num_inputs(self) -> int:
         return self.input_nodes.numel()
 
     def _submit(self, index: Tensor, seed: int) -> Any:
@@ -679,7 +670,8 @@ class DistLinkNeighborLoader(DistLoader):
             raise ValueError(f"edge type {edge_type} given for a homogeneous graph: pass [2, E]")
         return edge_type, edges
 
-    def _num_inputs(self) -> int:
+    @property
+    def num_inputs(self) -> int:
         return self.edge_label_index.size(1)
 
     def make_batch(self, index: Tensor, seed: int) -> dict[str, Any]:

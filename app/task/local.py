@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -11,6 +10,7 @@ from torch_geometric.data import Data, HeteroData
 
 from app.config import Config
 from app.dataset.link_split import link_split, link_type
+from app.loader.protocol import TrainLoader
 from app.placement import resolve_device
 from app.task.source import EdgeType, GraphSource, Schema, eval_cap
 from app.task.tables import LocalTables, Tables
@@ -27,7 +27,7 @@ class LocalSource(GraphSource):
         self.cfg, self.data = cfg, data
         self.device = resolve_device(cfg.train.device)
         self._links: tuple[Data | HeteroData, dict[str, Tensor]] | None = None
-        self.loaders: list[Any] = []  # local loaders hold no resources
+        self.loaders: list[TrainLoader] = []  # local loaders hold no resources
 
     def schema(self) -> Schema:
         d = self.data
@@ -72,7 +72,7 @@ class LocalSource(GraphSource):
         s = self.cfg.sampler
         return dict(replace=s.replace, subgraph_type=s.subgraph_type, disjoint=s.disjoint)
 
-    def node_loader(self, split: str, seeds: Tensor, node_type: str | None) -> Iterable:
+    def node_loader(self, split: str, seeds: Tensor, node_type: str | None) -> TrainLoader:
         from app.loader import NeighborLoader
 
         s = self.cfg.sampler
@@ -95,7 +95,7 @@ class LocalSource(GraphSource):
 
     def link_loader(
         self, split: str, edges: Tensor, edge_type: EdgeType | None, mode: str, ratio: float
-    ) -> Iterable:
+    ) -> TrainLoader:
         from app.loader import LinkNeighborLoader
 
         return LinkNeighborLoader(

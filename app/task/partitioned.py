@@ -11,7 +11,6 @@ the same model. The first loader joins the job's RPC group.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -23,6 +22,7 @@ from app.dataset.link_split import HETERO_LINK_TYPE
 from app.distributed.context import DistContext
 from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.graph_store import LocalGraphStore
+from app.loader.protocol import TrainLoader
 from app.partition.link import load_held_out
 from app.partition.reader import load_partition, load_partition_book
 from app.placement import trainer_device
@@ -49,7 +49,7 @@ class PartitionSource(GraphSource):
             LocalFeatureStore.from_partition_data(self.part),
             LocalGraphStore.from_partition_data(self.part),
         )
-        self.loaders: list[Any] = []
+        self.loaders: list[TrainLoader] = []
 
     def schema(self) -> Schema:
         part, meta = self.part, self.part.meta
@@ -121,7 +121,7 @@ class PartitionSource(GraphSource):
             **self.batch_args(split),
         )
 
-    def node_loader(self, split: str, seeds: Tensor, node_type: str | None) -> Iterable:
+    def node_loader(self, split: str, seeds: Tensor, node_type: str | None) -> TrainLoader:
         from app.distributed.loader import DistNeighborLoader
 
         loader = DistNeighborLoader(
@@ -134,7 +134,7 @@ class PartitionSource(GraphSource):
 
     def link_loader(
         self, split: str, edges: Tensor, edge_type: EdgeType | None, mode: str, ratio: float
-    ) -> Iterable:
+    ) -> TrainLoader:
         from app.distributed.loader import DistLinkNeighborLoader
 
         loader = DistLinkNeighborLoader(

@@ -19,6 +19,7 @@ import gc
 import json
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -31,6 +32,7 @@ from app.contract import PARENT_RUN_ENV, RESULT_FILE
 from app.distributed.context import DistContext
 from app.distributed.workers import shutdown
 from app.fsutil import write_text_atomic
+from app.loader.protocol import TrainLoader
 from app.netutil import bound_store
 from app.placement import ddp_backend
 from app.runtime import Runtime, tune_process
@@ -128,12 +130,12 @@ def _start_tracking(session: Session, part: Any) -> None:
         tracker.log_artifact(overrides)
 
 
-def _log_shares(runtime: Runtime, loaders: dict[str, Any]) -> None:
+def _log_shares(runtime: Runtime, loaders: Mapping[str, TrainLoader]) -> None:
     """One line per trainer: its seeds (edges for links) and train batches (uneven is expected).
 
     The `<name> seeds {json}` format is parsed by tests; keep it.
     """
-    share = {s: int(ld._num_inputs()) for s, ld in loaders.items()}
+    share = {s: ld.num_inputs for s, ld in loaders.items()}
     share["batches"] = len(loaders["train"])
     log.info("%s seeds %s", runtime.name, json.dumps(share))
 
@@ -158,9 +160,7 @@ def train_distributed(runtime: Runtime, cfg: Config) -> dict[str, float]:
         with phase("build task (RPC join)"):
             task = build_task(cfg, source)
         _log_shares(runtime, task.loaders)
-        train = task.loaders.get("train")
-        if hasattr(train, "prefetch"):  # its first batches sample while tracking starts
-            train.prefetch()
+        task.loaders["train"].prefetch()  # its first batches sample while tracking starts
         _start_tracking(session, source.part)
         with phase("ranks ready"):  # the first epoch starts together: no rank's epoch time
             dist.barrier()  # or data wait counts rank 0's tracker start-up
