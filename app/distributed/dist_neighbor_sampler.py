@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import fields
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,7 @@ from app.distributed.sampler import SamplerOptions
 __all__ = ["DistNeighborSampler"]
 
 Output = SamplerOutput | HeteroSamplerOutput
+_OPTIONS = {f.name for f in fields(SamplerOptions)}
 
 
 class DistNeighborSampler(_Sampler):
@@ -73,8 +75,7 @@ class DistNeighborSampler(_Sampler):
             disjoint=disjoint,
             temporal_strategy=temporal_strategy,
             time_attr=time_attr,
-            attrs=kwargs.get("attrs"),
-            feature_cache_size=kwargs.get("feature_cache_size", 0),
+            **{k: v for k, v in kwargs.items() if k in _OPTIONS},  # ours beyond PyG's
         )  # PyG's options one by one → the one record our sampler takes
         super().__init__(data, options=options, router=kwargs.get("router"))
         self.current_ctx = current_ctx

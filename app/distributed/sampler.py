@@ -78,16 +78,10 @@ class SamplerOptions:
 
     @classmethod
     def from_config(cls, s: SamplerConfig) -> SamplerOptions:
-        """The options `cfg.sampler` sets (every node attribute gathered)."""
-        return cls(
-            s.num_neighbors,
-            replace=s.replace,
-            subgraph_type=s.subgraph_type,
-            disjoint=s.disjoint,
-            temporal_strategy=s.temporal_strategy,
-            time_attr=s.time_attr,
-            feature_cache_size=s.feature_cache_size,
-        )
+        """The options `cfg.sampler` sets: every field of both records, by name (`attrs`, not
+        a config key, stays None: every node attribute gathered)."""
+        given = {f.name for f in fields(s)}
+        return cls(**{f.name: getattr(s, f.name) for f in fields(cls) if f.name in given})
 
     def fanouts(self) -> list[int] | dict[EdgeType, list[int]]:
         """`num_neighbors` as PyG takes it: a list, or a dict of lists per edge type."""

@@ -2,8 +2,8 @@
 
 Steps: join the trainers' process group (nccl on cuda, gloo on cpu) at
 `tcp://master_addr:ddp_port`, then source → task → fit: this node's partition
-(`PartitionSource`, memory-mapped; its first loader joins the job's RPC group), the configured
-objective (`app.task.registry`), `app.train.loop.fit`. Rank 0 logs to MLflow (nested under
+(`PartitionSource`, memory-mapped), joining the job's RPC group (`join_trainer`: the
+loaders assume a joined group), the configured objective (`app.task.registry`), `app.train.loop.fit`. Rank 0 logs to MLflow (nested under
 `DISTGNN_MLFLOW_PARENT_RUN_ID` when a sweep set it), checkpoints every epoch and writes the
 final metrics to `<job_dir>/result.json` (atomically) for the launcher.
 
@@ -30,6 +30,7 @@ import torch.distributed as dist
 from app.config import Config
 from app.contract import PARENT_RUN_ENV, RESULT_FILE
 from app.distributed.context import DistContext
+from app.distributed.group import join_trainer
 from app.distributed.workers import shutdown
 from app.fsutil import write_text_atomic
 from app.loader.protocol import TrainLoader
@@ -157,7 +158,11 @@ def train_distributed(runtime: Runtime, cfg: Config) -> dict[str, float]:
             init_process_group(runtime, cfg)
         with phase("load partition"):
             session.source = source = PartitionSource(runtime, cfg)
-        with phase("build task (RPC join)"):
+        with phase("RPC join"):
+            join_trainer(source.ctx, source.stores, source.router,
+                         (runtime.master_addr, runtime.rpc_port),
+                         (cfg.sampler.rpc_timeout_s, cfg.cluster.init_timeout_s))  # fmt: skip
+        with phase("build task"):
             task = build_task(cfg, source)
         _log_shares(runtime, task.loaders)
         task.loaders["train"].prefetch()  # its first batches sample while tracking starts

@@ -15,7 +15,8 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
-from app.distributed.loader import DistLinkNeighborLoader, DistLoader, DistNeighborLoader
+from app.distributed import DistLinkNeighborLoader, DistNeighborLoader
+from app.distributed.engine import BatchEngine
 from app.loader import LinkNeighborLoader, NeighborLoader
 from app.loader.epochs import EpochBatching
 from app.loader.protocol import TrainLoader
@@ -71,9 +72,10 @@ def test_the_loaders_share_the_batching_rule():
         if "randperm" in p.read_text() and p.parts[-2] in ("loader", "distributed")
     ]
     assert drawers == ["loader/epochs.py"]
-    for cls in (DistLoader, NeighborLoader, LinkNeighborLoader):
+    for cls in (NeighborLoader, LinkNeighborLoader):
         assert "EpochBatching(" in inspect.getsource(cls.__init__), cls
-    for cls in (DistNeighborLoader, DistLinkNeighborLoader, NeighborLoader, LinkNeighborLoader):
+    assert inspect.signature(BatchEngine).parameters["batching"].annotation == "EpochBatching"
+    for cls in (BatchEngine, DistNeighborLoader, DistLinkNeighborLoader, NeighborLoader):
         assert isinstance(inspect.getattr_static(cls, "num_inputs"), property), cls
 
 
