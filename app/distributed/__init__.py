@@ -12,10 +12,10 @@ records (docs/design/engine.md).
 """
 
 from app.distributed.context import DistContext, DistRole
-from app.distributed.dist_neighbor_sampler import DistNeighborSampler
 from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.graph_store import LocalGraphStore
 from app.distributed.pyg.loader import DistLinkNeighborLoader, DistLoader, DistNeighborLoader
+from app.distributed.pyg.sampler import DistNeighborSampler
 from app.distributed.rpc import PeerError, RpcInitError, RPCRouter, init_rpc, shutdown_rpc
 from app.distributed.workers import serve, shutdown
 from app.partition.pyg import Partitioner, load_partition_info

@@ -56,13 +56,12 @@ def test_package_imports_respect_layering(package):
 PYG_LAYER = "app.distributed.pyg"
 PYG_IMPORTERS = {
     "distributed/__init__.py",
-    "distributed/dist_context.py",
     "distributed/dist_link_neighbor_loader.py",
     "distributed/dist_loader.py",
     "distributed/dist_neighbor_loader.py",
     "distributed/dist_neighbor_sampler.py",
-    "distributed/local_feature_store.py",
-    "distributed/local_graph_store.py",
+    "distributed/event_loop.py",
+    "distributed/utils.py",
 }
 
 

@@ -26,13 +26,13 @@ from torch_geometric.sampler import NegativeSampling
 from app.config import SamplerConfig
 from app.distributed import rpc, server, workers
 from app.distributed.context import DistContext
-from app.distributed.dist_neighbor_sampler import DistNeighborSampler
 from app.distributed.engine import BatchEngine
 from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.feeding import SamplerProcesses, feeding_for
 from app.distributed.graph_store import LocalGraphStore
 from app.distributed.group import DEFAULT_RPC_THREADS, trainer_router
 from app.distributed.inputs import EdgeType, Inputs, LinkInputs, NodeInputs
+from app.distributed.pyg.sampler import DistNeighborSampler
 from app.loader.epochs import EpochBatching
 
 Stores = tuple[LocalFeatureStore, LocalGraphStore]
