@@ -52,7 +52,7 @@ class Pending(Protocol):
 class _InThread:
     """A batch being sampled on this process's pool."""
 
-    future: Future
+    future: Future[Any]
     timeout: float
 
     def wait(self) -> Any:
@@ -82,7 +82,7 @@ class _InSlot:
 class _Sending:
     """A batch request still with the sender thread: the call, once made, then its batch."""
 
-    future: Future
+    future: Future[Pending]
 
     def wait(self) -> Any:
         return self.future.result().wait()
@@ -157,8 +157,9 @@ class SamplerProcesses:
         slot = self.ring.acquire()
         args = (sampler.options, *request.wire(), slot)
         timeout = self.rpc_timeout * (sampler.num_hops + 2)
-        return _InSlot(rpc.call_async(peer, request.endpoint, args, self.partition, timeout),
-                       self.ring, slot)  # fmt: skip
+        return _InSlot(
+            rpc.call_async(peer, request.endpoint, args, self.partition, timeout), self.ring, slot
+        )
 
     def stats(self, sampler: DistNeighborSampler) -> dict[str, float]:
         """The sampler processes' counters (shared by every loader of this trainer)."""

@@ -36,5 +36,11 @@ def join_trainer(
     if ctx.num_workers == 0:
         server.register(*stores, router)
     rpc_timeout, init_timeout = timeouts
-    rpc.init_rpc(ctx, address[0], int(address[1]), num_rpc_threads,
-                 timeout_s=rpc_timeout, init_timeout_s=init_timeout)  # fmt: skip
+    rpc.init_rpc(
+        ctx,
+        address[0],
+        int(address[1]),
+        num_rpc_threads,
+        timeout_s=rpc_timeout,
+        init_timeout_s=init_timeout,
+    )

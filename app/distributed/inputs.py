@@ -34,8 +34,9 @@ class NodeBatch:
         return (self.seeds, self.input_id, self.input_type, self.seed, self.seed_time)
 
     def run(self, sampler: DistNeighborSampler, alloc: Any = None) -> Any:
-        return sampler.sample_batch(self.seeds, self.input_id, self.input_type, self.seed,
-                                    alloc, self.seed_time)  # fmt: skip
+        return sampler.sample_batch(
+            self.seeds, self.input_id, self.input_type, self.seed, alloc, self.seed_time
+        )
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ class NodeInputs:
 
     @property
     def num_inputs(self) -> int:
-        return self.ids.numel()
+        return int(self.ids.numel())
 
     def request(self, index: Tensor, seed: int) -> NodeBatch:
         times = None if self.time is None else self.time[index]
@@ -109,7 +110,7 @@ class LinkInputs:
 
     @property
     def num_inputs(self) -> int:
-        return self.edges.size(1)
+        return int(self.edges.size(1))
 
     def batch(self, index: Tensor, seed: int) -> dict[str, Any]:
         """Positives of `index` plus seeded uniform negatives, as sent to a sampler."""

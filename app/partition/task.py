@@ -29,14 +29,21 @@ log = logging.getLogger("distgnn")
 def _params(spec: PartitionSpec) -> dict[str, Any]:
     p = spec.partition
     params = partition_params(
-        p.num_parts, p.method, p.recursive, p.balance_train, p.balance_edges, p.relabel, spec.seed,
+        p.num_parts,
+        p.method,
+        p.recursive,
+        p.balance_train,
+        p.balance_edges,
+        p.relabel,
+        spec.seed,
         p.order,
-    )  # fmt: skip
+    )
     if p.method == "stream":
         params.update(
-            balance_train=p.balance_train, balance_edges=p.balance_edges,
+            balance_train=p.balance_train,
+            balance_edges=p.balance_edges,
             refine_passes=p.refine_passes,
-        )  # fmt: skip
+        )
     return params
 
 
@@ -149,12 +156,21 @@ def _stream(spec: PartitionSpec, data: Any, root: Path, fp: str, dataset_fp: str
     try:
         chunked = write_data(data, tmp) if data is not None else ensure_chunked(spec)
         return stream_partition(
-            ChunkedGraph(chunked), root, p.num_parts, params=_params(spec), fingerprint=fp,
-            dataset_fingerprint=dataset_fp, refine_passes=p.refine_passes,
-            balance_train=p.balance_train, balance_edges=p.balance_edges,
-            memory_budget_gb=p.memory_budget_gb, seed=spec.seed, overwrite=p.overwrite,
-            relabel=p.relabel, order=p.order,
-        )  # fmt: skip
+            ChunkedGraph(chunked),
+            root,
+            p.num_parts,
+            params=_params(spec),
+            fingerprint=fp,
+            dataset_fingerprint=dataset_fp,
+            refine_passes=p.refine_passes,
+            balance_train=p.balance_train,
+            balance_edges=p.balance_edges,
+            memory_budget_gb=p.memory_budget_gb,
+            seed=spec.seed,
+            overwrite=p.overwrite,
+            relabel=p.relabel,
+            order=p.order,
+        )
     except ChunkedGraphError as err:  # bad input: one line (`partition error: ...`), rc 1
         raise PartitionError(str(err)) from None
     finally:

@@ -66,9 +66,13 @@ class PartitionSource(GraphSource):
         if not part.is_hetero:
             f = feats["feats"]
             return Schema(
-                [], [], {"": int(meta["num_nodes"])}, {"": int(f["x"].size(1))},
-                _num_classes(f.get("y")), None,
-            )  # fmt: skip
+                [],
+                [],
+                {"": int(meta["num_nodes"])},
+                {"": int(f["x"].size(1))},
+                _num_classes(f.get("y")),
+                None,
+            )
         labelled = [t for t, nf in feats.items() if "y" in nf["feats"]]
         labelled = [t for t in labelled if t in part.seeds.get("train", {})]
         target = labelled[0] if len(labelled) == 1 else None
@@ -150,10 +154,15 @@ class PartitionSource(GraphSource):
     def embeddings(self, sizes: dict[str, int], dim: int) -> Tables:
         rt, t = self.runtime, self.cfg.train
         return make_dist_tables(
-            sizes, dim, t.sparse_optimizer, t.sparse_lr, self.device,
+            sizes,
+            dim,
+            t.sparse_optimizer,
+            t.sparse_lr,
+            self.device,
             book_of=lambda nt: load_partition_book(self.part.root, nt),
-            part_id=rt.node_rank, is_owner=rt.local_rank == 0,
-        )  # fmt: skip
+            part_id=rt.node_rank,
+            is_owner=rt.local_rank == 0,
+        )
 
     def wrap(self, model: nn.Module, find_unused: bool = False) -> nn.Module:
         """DDP over the trainers (each on its device: `trainer_device`)."""

@@ -159,9 +159,13 @@ def train_distributed(runtime: Runtime, cfg: Config) -> dict[str, float]:
         with phase("load partition"):
             session.source = source = PartitionSource(runtime, cfg)
         with phase("RPC join"):
-            join_trainer(source.ctx, source.stores, source.router,
-                         (runtime.master_addr, runtime.rpc_port),
-                         (cfg.sampler.rpc_timeout_s, cfg.cluster.init_timeout_s))  # fmt: skip
+            join_trainer(
+                source.ctx,
+                source.stores,
+                source.router,
+                (runtime.master_addr, runtime.rpc_port),
+                (cfg.sampler.rpc_timeout_s, cfg.cluster.init_timeout_s),
+            )
         with phase("build task"):
             task = build_task(cfg, source)
         _log_shares(runtime, task.loaders)

@@ -17,7 +17,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -82,7 +82,7 @@ def _length(loader: TrainLoader, max_steps: int) -> int:
     return min(n, max_steps) if max_steps else n
 
 
-def _each(batches: Iterable[Any]) -> Iterator[Any]:
+def _each(batches: Iterable[Any]) -> Generator[Any, None, None]:
     """`batches` as a generator: closing it closes the bar's / loader's own iterator."""
     yield from batches
 
@@ -151,7 +151,9 @@ class _Tracker(Protocol):
 class _Task(Protocol):
     model: nn.Module
     optimizer: Any
-    loaders: Mapping[str, TrainLoader]
+
+    @property
+    def loaders(self) -> Mapping[str, TrainLoader]: ...
 
     def step(self, model: nn.Module, batch: Any) -> Any: ...
 

@@ -42,8 +42,9 @@ class ConcurrentEventLoop:
         self._concurrency = concurrency
         self._sem = threading.BoundedSemaphore(concurrency)
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
-                                        name="pyg-event-loop")  # fmt: skip
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, daemon=True, name="pyg-event-loop"
+        )
         self._errors: list[BaseException] = []
 
     def start_loop(self) -> None:

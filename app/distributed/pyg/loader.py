@@ -124,8 +124,14 @@ class DistLoader(BatchEngine):
         inputs = self._inputs(sampler)  # refused before any process starts
         self.dist_sampler = sampler  # PyG's name of the sampler
         self.num_workers, self.filter_per_worker = num_workers, filter_per_worker
-        group = self._join(current_ctx, stores, router, (master_addr, master_port),
-                           (rpc_timeout, init_timeout), num_rpc_threads)  # fmt: skip
+        group = self._join(
+            current_ctx,
+            stores,
+            router,
+            (master_addr, master_port),
+            (rpc_timeout, init_timeout),
+            num_rpc_threads,
+        )
         self._left = weakref.finalize(self, workers.leave, group)
         to = None if device is None else torch.device(device)
         feeding = feeding_for(self.ctx, num_workers, concurrency, rpc_timeout)
@@ -137,9 +143,14 @@ class DistLoader(BatchEngine):
         )
 
     def _join(
-        self, given: DistContext | None, stores: Stores, router: rpc.RPCRouter | None,
-        address: tuple[str | None, Any], timeouts: tuple[float, float], threads: int | None,
-    ) -> workers.Group | None:  # fmt: skip
+        self,
+        given: DistContext | None,
+        stores: Stores,
+        router: rpc.RPCRouter | None,
+        address: tuple[str | None, Any],
+        timeouts: tuple[float, float],
+        threads: int | None,
+    ) -> workers.Group | None:
         """Join the RPC group: as the launcher's process, or (PyG's five fields) as a
         hand-launched trainer that starts its own sampler processes."""
         if given is None or self.ctx is None:
@@ -155,12 +166,19 @@ class DistLoader(BatchEngine):
         rpc_timeout, init_timeout = timeouts
         threads = threads or DEFAULT_RPC_THREADS
         if given.is_derived:  # the launcher (or the caller) owns RPC and the sampler processes
-            rpc.init_rpc(self.ctx, master_addr, int(master_port), threads,
-                         timeout_s=rpc_timeout, init_timeout_s=init_timeout)  # fmt: skip
+            rpc.init_rpc(
+                self.ctx,
+                master_addr,
+                int(master_port),
+                threads,
+                timeout_s=rpc_timeout,
+                init_timeout_s=init_timeout,
+            )
             return None
         root = None if stores[1].root is None else str(stores[1].root)
-        return workers.join(self.ctx, root, master_addr, int(master_port), rpc_timeout,
-                            init_timeout, threads)  # fmt: skip
+        return workers.join(
+            self.ctx, root, master_addr, int(master_port), rpc_timeout, init_timeout, threads
+        )
 
     @property
     def channel(self) -> _Channel:
@@ -292,13 +310,25 @@ class DistNeighborLoader(DistLoader):
             input_nodes = (input_nodes, None)
         self._given = (input_nodes, input_time)
         super().__init__(
-            current_ctx, master_addr, master_port, dist_sampler=dist_sampler, data=data,
-            num_neighbors=num_neighbors, replace=replace, subgraph_type=subgraph_type,
-            disjoint=disjoint, temporal_strategy=temporal_strategy, time_attr=time_attr,
-            transform=transform, concurrency=concurrency, num_rpc_threads=num_rpc_threads,
-            filter_per_worker=filter_per_worker, async_sampling=async_sampling, device=device,
+            current_ctx,
+            master_addr,
+            master_port,
+            dist_sampler=dist_sampler,
+            data=data,
+            num_neighbors=num_neighbors,
+            replace=replace,
+            subgraph_type=subgraph_type,
+            disjoint=disjoint,
+            temporal_strategy=temporal_strategy,
+            time_attr=time_attr,
+            transform=transform,
+            concurrency=concurrency,
+            num_rpc_threads=num_rpc_threads,
+            filter_per_worker=filter_per_worker,
+            async_sampling=async_sampling,
+            device=device,
             **kwargs,
-        )  # fmt: skip
+        )
 
     def _inputs(self, sampler: DistNeighborSampler) -> NodeInputs:
         input_nodes, input_time = self._given
@@ -369,13 +399,25 @@ class DistLinkNeighborLoader(DistLoader):
         ratio = 0.0 if neg_sampling is None else float(neg_sampling_ratio or 1.0)
         self._given = (edge_label_index, edge_label, neg_sampling or "binary", ratio)
         super().__init__(
-            current_ctx, master_addr, master_port, dist_sampler=dist_sampler, data=data,
-            num_neighbors=num_neighbors, replace=replace, subgraph_type=subgraph_type,
-            disjoint=disjoint, temporal_strategy=temporal_strategy, time_attr=time_attr,
-            transform=transform, concurrency=concurrency, num_rpc_threads=num_rpc_threads,
-            filter_per_worker=filter_per_worker, async_sampling=async_sampling, device=device,
+            current_ctx,
+            master_addr,
+            master_port,
+            dist_sampler=dist_sampler,
+            data=data,
+            num_neighbors=num_neighbors,
+            replace=replace,
+            subgraph_type=subgraph_type,
+            disjoint=disjoint,
+            temporal_strategy=temporal_strategy,
+            time_attr=time_attr,
+            transform=transform,
+            concurrency=concurrency,
+            num_rpc_threads=num_rpc_threads,
+            filter_per_worker=filter_per_worker,
+            async_sampling=async_sampling,
+            device=device,
             **kwargs,
-        )  # fmt: skip
+        )
 
     def _inputs(self, sampler: DistNeighborSampler) -> LinkInputs:
         edge_label_index, edge_label, mode, ratio = self._given

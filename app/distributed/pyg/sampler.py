@@ -52,7 +52,7 @@ class DistNeighborSampler(_Sampler):
 
     def __init__(
         self,
-        current_ctx: DistContext,
+        current_ctx: DistContext | None,
         data: tuple[LocalFeatureStore, LocalGraphStore],
         num_neighbors: Any,
         replace: bool = False,
@@ -95,8 +95,7 @@ class DistNeighborSampler(_Sampler):
         (a gather over the whole group: once every process returns, every one serves)."""
         gs = self.graph_store
         endpoints.register(self.feature_store, gs, None)
-        table = rpc.rpc_partition_to_workers(self.current_ctx, gs.num_partitions,
-                                             gs.partition_idx)  # fmt: skip
+        table = rpc.rpc_partition_to_workers(self.current_ctx, gs.num_partitions, gs.partition_idx)
         self.router = rpc.RPCRouter(table)
         self.feature_store.router = self.router
         endpoints.register(self.feature_store, gs, self.router)
@@ -129,8 +128,9 @@ class DistNeighborSampler(_Sampler):
                 f"sample_fn={sample_fn!r}: this sampler samples with its own node_sample; "
                 "pass sampler.node_sample (or None)"
             )
-        return await _off_loop(edge_sample, inputs, self._sample, num_nodes, disjoint,
-                               node_time, neg_sampling)  # fmt: skip
+        return await _off_loop(
+            edge_sample, inputs, self._sample, num_nodes, disjoint, node_time, neg_sampling
+        )
 
     async def sample_one_hop(
         self,
@@ -143,14 +143,24 @@ class DistNeighborSampler(_Sampler):
         """PyG's: up to `one_hop_num` in-neighbours of every global id in `srcs`, across
         partitions. `node`: neighbours, `edge`: their edge ids, `batch`: each neighbour's
         `src_batch` entry, `metadata`: (neighbours per source as a list, PyG's form)."""
-        job = (edge_type, srcs.numpy(), int(one_hop_num), 0,
-               None if seed_time is None else np.ascontiguousarray(seed_time.numpy()))  # fmt: skip
+        job = (
+            edge_type,
+            srcs.numpy(),
+            int(one_hop_num),
+            0,
+            None if seed_time is None else np.ascontiguousarray(seed_time.numpy()),
+        )
         dst_type = None if edge_type is None else edge_type[-1]
         nbrs, eids, counts = (await _off_loop(self.sample_jobs, [job], [dst_type]))[0]
         batch = None if src_batch is None else src_batch.repeat_interleave(torch.from_numpy(counts))
-        return SamplerOutput(node=torch.from_numpy(nbrs), row=None, col=None,
-                             edge=torch.from_numpy(eids), batch=batch,
-                             metadata=(counts.tolist(),))  # fmt: skip
+        return SamplerOutput(
+            node=torch.from_numpy(nbrs),
+            row=None,
+            col=None,
+            edge=torch.from_numpy(eids),
+            batch=batch,
+            metadata=(counts.tolist(),),
+        )
 
     # -- PyG's sample function: seeds (and times) → our sampler ---------------------------------
 
