@@ -31,7 +31,7 @@ def gpus_shared(cfg: Config) -> bool:
     """Whether this machine's trainers share GPUs (more local trainers than visible GPUs)."""
     if resolve_device(cfg.train.device).type != "cuda":
         return False
-    return trainers_per_machine(cfg) > torch.cuda.device_count()
+    return trainers_per_machine(cfg) > int(torch.cuda.device_count())
 
 
 def trainer_device(cfg: Config, local_index: int) -> torch.device:

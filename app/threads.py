@@ -70,7 +70,9 @@ def budget_this_process() -> int:
     set_threads(threads)
     log.info(
         "threads: %d (%d cores, load %.1f%s)",
-        threads, len(os.sched_getaffinity(0)), os.getloadavg()[0],
+        threads,
+        len(os.sched_getaffinity(0)),
+        os.getloadavg()[0],
         ", OMP_NUM_THREADS" if user else "",
-    )  # fmt: skip
+    )
     return threads

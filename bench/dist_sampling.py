@@ -298,7 +298,7 @@ def _child(role: str, node: int, root: str, workdir: str, port: int, cache: int)
         loader = DistNeighborLoader(root, FANOUT, batch_size=BATCH, shuffle=True, current_ctx=ctx,
                                     num_workers=1, concurrency=2, master_port=port, rpc_timeout=120.0,
                                     feature_cache_size=cache)  # fmt: skip
-        worker, start = loader.workers[0], {}
+        worker, start = loader.feeding.workers[0], {}
 
         def _start() -> None:  # after the warm-up batches (kernel compile, cache fill)
             start.update(cpu=time.process_time(), flt=_minflt(), sampler=_stats(worker))
@@ -311,7 +311,7 @@ def _child(role: str, node: int, root: str, workdir: str, port: int, cache: int)
                "trainer_minflt": _minflt() - start["flt"], "wall_s": secs,
                "sampler_cpu_s": end["cpu_s"] - start["sampler"]["cpu_s"],
                "sampler_minflt": end["minflt"] - start["sampler"]["minflt"],
-               "ring_depth": loader.ring.depth, **stats}  # fmt: skip
+               "ring_depth": loader.feeding.ring.depth, **stats}  # fmt: skip
         Path(workdir, f"trainer{node}.json").write_text(json.dumps(out))
         deadline = time.monotonic() + 120
         while not Path(workdir, "measured").exists() and time.monotonic() < deadline:

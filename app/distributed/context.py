@@ -90,14 +90,22 @@ class DistContext:
                 f"partition {partition_idx} that this process's stores hold: pass rank="
                 f"node_rank * {procs} + local_proc_rank and load partition node_rank"
             )
-        runtime = _runtime("trainer", partition_idx, num_partitions, self.rank % procs, procs,
-                           -1, num_workers)  # fmt: skip
+        runtime = _runtime(
+            "trainer", partition_idx, num_partitions, self.rank % procs, procs, -1, num_workers
+        )
         return DistContext.from_runtime(runtime, self.group_name)
 
     def sampler(self, worker_index: int) -> DistContext:
         """Context of this trainer's sampler process `worker_index` (a derived context)."""
-        runtime = _runtime("sampler", self.partition_idx, self.num_partitions, self.local_rank,
-                           self.procs_per_node, worker_index, self.num_workers)  # fmt: skip
+        runtime = _runtime(
+            "sampler",
+            self.partition_idx,
+            self.num_partitions,
+            self.local_rank,
+            self.procs_per_node,
+            worker_index,
+            self.num_workers,
+        )
         return DistContext.from_runtime(runtime, self.group_name)
 
     @classmethod
@@ -124,7 +132,17 @@ def _runtime(
 ) -> Runtime:
     """The launcher's layout for one process (addresses unused: only ranks and names)."""
     return Runtime(
-        role=role, node_rank=node, num_nodes=nodes, local_rank=local, procs_per_node=procs,
-        worker_index=worker, num_workers=workers, master_addr="", ddp_port=0, rpc_port=0,
-        job_dir="", config_path="", partition_root="",
-    )  # fmt: skip
+        role=role,
+        node_rank=node,
+        num_nodes=nodes,
+        local_rank=local,
+        procs_per_node=procs,
+        worker_index=worker,
+        num_workers=workers,
+        master_addr="",
+        ddp_port=0,
+        rpc_port=0,
+        job_dir="",
+        config_path="",
+        partition_root="",
+    )

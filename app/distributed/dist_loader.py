@@ -1,5 +1,5 @@
 """PyG's `torch_geometric.distributed.dist_loader`: `DistLoader` (ours)."""
 
-from app.distributed.loader import DistLoader
+from app.distributed.pyg.loader import DistLoader
 
 __all__ = ["DistLoader"]

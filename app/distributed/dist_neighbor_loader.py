@@ -1,5 +1,5 @@
 """PyG's `torch_geometric.distributed.dist_neighbor_loader`: `DistNeighborLoader` (ours)."""
 
-from app.distributed.loader import DistNeighborLoader
+from app.distributed.pyg.loader import DistNeighborLoader
 
 __all__ = ["DistNeighborLoader"]

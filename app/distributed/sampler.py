@@ -78,16 +78,10 @@ class SamplerOptions:
 
     @classmethod
     def from_config(cls, s: SamplerConfig) -> SamplerOptions:
-        """The options `cfg.sampler` sets (every node attribute gathered)."""
-        return cls(
-            s.num_neighbors,
-            replace=s.replace,
-            subgraph_type=s.subgraph_type,
-            disjoint=s.disjoint,
-            temporal_strategy=s.temporal_strategy,
-            time_attr=s.time_attr,
-            feature_cache_size=s.feature_cache_size,
-        )
+        """The options `cfg.sampler` sets: every field of both records, by name (`attrs`, not
+        a config key, stays None: every node attribute gathered)."""
+        given = {f.name for f in fields(s)}
+        return cls(**{f.name: getattr(s, f.name) for f in fields(cls) if f.name in given})
 
     def fanouts(self) -> list[int] | dict[EdgeType, list[int]]:
         """`num_neighbors` as PyG takes it: a list, or a dict of lists per edge type."""
@@ -292,18 +286,23 @@ class DistNeighborSampler:
         t64 = torch.from_numpy
         if not gs.is_hetero:
             return SamplerOutput(
-                node=t64(nodes[None]), row=t64(_cat(rows[None])), col=t64(_cat(cols[None])),
-                edge=t64(_cat(eids[None])), batch=None if batch is None else t64(batch[None]),
-                num_sampled_nodes=nsn[None], num_sampled_edges=nse[None],
-            )  # fmt: skip
+                node=t64(nodes[None]),
+                row=t64(_cat(rows[None])),
+                col=t64(_cat(cols[None])),
+                edge=t64(_cat(eids[None])),
+                batch=None if batch is None else t64(batch[None]),
+                num_sampled_nodes=nsn[None],
+                num_sampled_edges=nse[None],
+            )
         return HeteroSamplerOutput(
             node={t: t64(n) for t, n in nodes.items()},
             row={et: t64(_cat(v)) for et, v in rows.items()},
             col={et: t64(_cat(v)) for et, v in cols.items()},
             edge={et: t64(_cat(v)) for et, v in eids.items()},
             batch=None if batch is None else {t: t64(b) for t, b in batch.items()},
-            num_sampled_nodes=nsn, num_sampled_edges=nse,
-        )  # fmt: skip
+            num_sampled_nodes=nsn,
+            num_sampled_edges=nse,
+        )
 
     def _seed_time_dict(self, seeds: dict[Any, Tensor], seed_time: Any) -> np.ndarray | None:
         """Seed times of dict seeds, in tree order (types in dict order, as `_grow` counts)."""
@@ -355,11 +354,15 @@ class DistNeighborSampler:
             hs = hop_seed(seed, hop)
             todo = [et for et in etypes if front[dst_t[et]][0].size and self.fanout(et, hop) != 0]
             jobs = [
-                (et, front[dst_t[et]][0], self.fanout(et, hop),
-                 derive_seed(hs, etypes.index(et)) if et else hs,
-                 None if times is None else times[front[dst_t[et]][2]])
+                (
+                    et,
+                    front[dst_t[et]][0],
+                    self.fanout(et, hop),
+                    derive_seed(hs, etypes.index(et)) if et else hs,
+                    None if times is None else times[front[dst_t[et]][2]],
+                )
                 for et in todo
-            ]  # fmt: skip
+            ]
             results = self.sample_jobs(jobs, [dst_t[et] for et in todo])
             fresh: dict[Any, list] = {t: [] for t in ntypes}
             for et, (nbrs, eid, counts) in zip(todo, results, strict=False):
@@ -447,11 +450,13 @@ class DistNeighborSampler:
         if isinstance(out, HeteroSamplerOutput):
             attrs = {t: self._gather(nodes, t, alloc) for t, nodes in out.node.items()}
             edges = {et: self._edge_attr(e, et) for et, e in (out.edge or {}).items()}
-            return to_hetero_data(out, node_attrs=attrs, edge_attrs=edges, input_type=input_type,
-                                  link=link)  # fmt: skip
+            return to_hetero_data(
+                out, node_attrs=attrs, edge_attrs=edges, input_type=input_type, link=link
+            )
         edges = self._edge_attr(out.edge, (None, None))
-        return to_data(out, node_attrs=self._gather(out.node, None, alloc), edge_attrs=edges,
-                       link=link)  # fmt: skip
+        return to_data(
+            out, node_attrs=self._gather(out.node, None, alloc), edge_attrs=edges, link=link
+        )
 
     def _edge_attr(self, e_id: Tensor | None, group: Any) -> dict[str, Tensor]:
         """PyG's `edge_attr` of the sampled edges (global ids; remote rows by RPC), when the
@@ -485,8 +490,9 @@ def local_hop(
         colptr, row, edge_id = graph_store.csc_numpy(edge_type)
         time = rest[0] if rest else None
         if edge_level:
-            nbrs, epos, counts = _edge_time_hop(graph_store, edge_type, frontier, k, replace,
-                                                seed, time, strategy)  # fmt: skip
+            nbrs, epos, counts = _edge_time_hop(
+                graph_store, edge_type, frontier, k, replace, seed, time, strategy
+            )
             out.append((nbrs, edge_id[epos].astype(np.int64, copy=False), counts))
             continue
         src_type = edge_type[0] if edge_type is not None else None
@@ -504,20 +510,28 @@ def local_hop(
 
 
 def _edge_time_hop(
-    gs: LocalGraphStore, edge_type: Any, frontier: np.ndarray, k: int, replace: bool,
-    seed: int, time: np.ndarray | None, strategy: str,
-) -> HopResult:  # fmt: skip
+    gs: LocalGraphStore,
+    edge_type: Any,
+    frontier: np.ndarray,
+    k: int,
+    replace: bool,
+    seed: int,
+    time: np.ndarray | None,
+    strategy: str,
+) -> HopResult:
     """One hop filtered by edge time: the kernel's node-time filter run over edge positions
     (`time[position]`), so the same kernel draws; neighbours are the rows at those positions."""
     colptr, row, _ = gs.csc_numpy(edge_type)
     timed = gs.edge_time_numpy(edge_type)
     if timed is None or time is None:
-        nbrs, epos, counts = sample_hop(colptr, row, frontier, k, replace, seed, None, None,
-                                        strategy)  # fmt: skip
+        nbrs, epos, counts = sample_hop(
+            colptr, row, frontier, k, replace, seed, None, None, strategy
+        )
     else:
         edge_time, positions = timed
-        _, epos, counts = sample_hop(colptr, positions, frontier, k, replace, seed, edge_time,
-                                     time, strategy)  # fmt: skip
+        _, epos, counts = sample_hop(
+            colptr, positions, frontier, k, replace, seed, edge_time, time, strategy
+        )
         nbrs = row[epos]
     return nbrs.astype(np.int64, copy=False), epos, counts
 

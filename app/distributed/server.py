@@ -62,9 +62,14 @@ def remote_features(group: Any, ids: Tensor, attrs: list[str]) -> dict[str, Tens
 
 @endpoint("sample_batch")
 def remote_sample_batch(
-    options: SamplerOptions, seeds: Tensor, input_id: Tensor, input_type: Any, seed: int,
-    seed_time: Tensor | None, slot: str | None,
-) -> Any:  # fmt: skip
+    options: SamplerOptions,
+    seeds: Tensor,
+    input_id: Tensor,
+    input_type: Any,
+    seed: int,
+    seed_time: Tensor | None,
+    slot: str | None,
+) -> Any:
     """A trainer's seed batch → Data / HeteroData with features (runs in a sampler process);
     `seed_time`: one per seed (temporal sampling); with `slot`, the features are written into
     that shared-memory ring slot."""

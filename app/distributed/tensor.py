@@ -134,8 +134,12 @@ class DistTensor:
             return rpc.call_async(owner_name(part), f"tensor_{op}", args(where), part)
 
         try:
-            return split, route(split, {self.part_id} if self.is_owner else (), call,
-                                lambda _, where: OPS[op](*args(where)))  # fmt: skip
+            return split, route(
+                split,
+                {self.part_id} if self.is_owner else (),
+                call,
+                lambda _, where: OPS[op](*args(where)),
+            )
         except PeerError as err:  # one line naming the peer (see `rpc.describe_failure`)
             raise DistTensorError(f"DistTensor {self.name!r}: {op} failed: {err}") from None
 

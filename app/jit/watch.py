@@ -44,8 +44,9 @@ class CompileWatch(event.Listener):
             self.started = time.perf_counter()
             if not self.announced:
                 self.announced = True
-                log.log(self.level, "compiling kernels (once per machine; cached in %s)",
-                        cache_root())  # fmt: skip
+                log.log(
+                    self.level, "compiling kernels (once per machine; cached in %s)", cache_root()
+                )
 
     def on_end(self, event: event.Event) -> None:
         if self.paused:

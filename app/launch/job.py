@@ -137,8 +137,9 @@ def run_job(cfg: Config, job_dir: Path, *, parent_run_id: str | None = None) -> 
         log.warning(
             "%d trainers on this machine share %d GPU(s) round-robin (DDP over gloo); give "
             "each trainer its own GPU for NCCL",
-            trainers_per_machine(cfg), torch.cuda.device_count(),
-        )  # fmt: skip
+            trainers_per_machine(cfg),
+            torch.cuda.device_count(),
+        )
     if cfg.mlflow.enabled:  # runs a SIGKILLed launcher left RUNNING: KILLED (app.launch.orphans)
         end_orphaned_runs(Path(cfg.output_dir), cfg.tracking_uri, job_dir)
         write_pid_file(job_dir)
@@ -209,9 +210,13 @@ def peer_watch(cfg: Config, plan: ProcessPlan) -> PeerWatch | None:
         return None
     master, port = plan.procs[0].runtime.master_addr, plan.ports.rpc + 1
     watch = PeerWatch(
-        plan.node_rank, cfg.cluster.num_nodes, {0: master}, port,
-        heartbeat_timeout_s(cfg), cfg.cluster.heartbeat_s,
-    )  # fmt: skip
+        plan.node_rank,
+        cfg.cluster.num_nodes,
+        {0: master},
+        port,
+        heartbeat_timeout_s(cfg),
+        cfg.cluster.heartbeat_s,
+    )
     try:
         return watch.start()
     except OSError as err:

@@ -120,8 +120,10 @@ def end_orphaned_runs(output_dir: Path, tracking_uri: str | None, skip: Path) ->
                     ended.append(run_id)
                     log.warning(
                         "MLflow run %s of %s: its launcher could not end it; ended %s",
-                        run_id, job, status,
-                    )  # fmt: skip
+                        run_id,
+                        job,
+                        status,
+                    )
         except Exception as err:  # another store, a deleted run: never block this job
             log.warning("could not end the MLflow run of %s: %s", job, err)
             continue  # the pid file stays: a later job tries again

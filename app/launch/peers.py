@@ -56,9 +56,13 @@ class PeerWatch:
     def start(self) -> PeerWatch:
         if self.node_rank == 0:  # serve before anyone connects; the others connect lazily
             self._store = bound_store(
-                self.master_addr, self.port, self.num_nodes, True, STORE_OP_TIMEOUT_S,
+                self.master_addr,
+                self.port,
+                self.num_nodes,
+                True,
+                STORE_OP_TIMEOUT_S,
                 wait_for_workers=False,
-            )  # fmt: skip
+            )
         self._thread = threading.Thread(target=self._loop, name="peer-watch", daemon=True)
         self._thread.start()
         return self
@@ -70,9 +74,12 @@ class PeerWatch:
 
         socket.create_connection((self.master_addr, self.port), STORE_OP_TIMEOUT_S).close()
         return TCPStore(
-            self.master_addr, self.port, self.num_nodes, False,
+            self.master_addr,
+            self.port,
+            self.num_nodes,
+            False,
             timeout=_seconds(STORE_OP_TIMEOUT_S),
-        )  # fmt: skip
+        )
 
     def _loop(self) -> None:
         while not self._stop.is_set():

@@ -15,7 +15,8 @@ from torch_geometric.data import Data, HeteroData
 from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling
 
 from app.loader.batch import LocalGather
-from app.loader.node_loader import EpochBatches
+from app.loader.epochs import EpochBatching
+from app.loader.node_loader import LocalLoader
 from app.sampler.neighbor import NeighborSampler
 
 NEG_MODES = ("binary", "triplet")
@@ -63,7 +64,7 @@ def _check_links(eli: Tensor, num_src: int, num_dst: int) -> Tensor:
     return eli
 
 
-class LinkNeighborLoader:
+class LinkNeighborLoader(LocalLoader):
     """Mini-batches of sampled neighbourhoods around seed links (PyG LinkNeighborLoader)."""
 
     def __init__(
@@ -107,7 +108,7 @@ class LinkNeighborLoader:
             if t is not None and t.size(0) != num:
                 raise ValueError(f"{name} has {t.size(0)} entries for {num} links")
         self.edge_label_time = edge_label_time
-        self.batches = EpochBatches(num, batch_size, shuffle, drop_last, seed)
+        self.batching = EpochBatching(batch_size, shuffle, drop_last, seed)
         self.gather = LocalGather(data)
         self.epoch = 0
 
@@ -124,13 +125,13 @@ class LinkNeighborLoader:
             return edge_label + 1  # 0 now means "negative"
         return edge_label
 
-    def __len__(self) -> int:
-        return len(self.batches)
+    @property
+    def num_inputs(self) -> int:
+        return self.edge_label_index.size(1)
 
     def __iter__(self) -> Iterator[Data | HeteroData]:
-        epoch, self.epoch = self.epoch, self.epoch + 1
-        for i, index in enumerate(self.batches.indices(epoch)):
-            yield self.collate(index, self.batches.batch_seed(epoch, i))
+        for index, seed in self.epoch_jobs():
+            yield self.collate(index, seed)
 
     def sampler_input(self, index: Tensor) -> EdgeSamplerInput:
         return EdgeSamplerInput(

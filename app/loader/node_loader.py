@@ -2,8 +2,8 @@
 
 A plain Python iterator (no worker processes): each batch is one fused-kernel sample, one
 `index_select` per attribute and one `Data` build. Epochs are reproducible: the shuffle order of
-epoch e and the sampling seed of its batch i derive from `(seed, e[, i])` only, by the same rule
-as `app.distributed.loader`, so both loaders cut and seed the same batches.
+epoch e and the sampling seed of its batch i derive from `(seed, e[, i])` only, by the one rule
+of `app.loader.epochs.EpochBatching`, which the distributed loaders hold too.
 
 `threads=n` samples up to `2n` batches ahead in `n` threads (the kernels and gathers release
 the GIL), still yielding them in order: what feeds a GPU trainer while it computes. A batch
@@ -24,36 +24,41 @@ from torch_geometric.sampler import NodeSamplerInput
 
 from app.loader.batch import LocalGather
 from app.loader.device_features import DeviceFeatures
-from app.sampler.kernel import derive_seed
+from app.loader.epochs import EpochBatching
 from app.sampler.neighbor import NeighborSampler
 
 
-class EpochBatches:
-    """Splits `num_items` inputs into batches per epoch (seeded shuffle, optional drop_last)."""
+class LocalLoader:
+    """What the local loaders share: the epoch counter, the batching rule (`EpochBatching`)
+    and the `TrainLoader` methods that have nothing to do here (no remote traffic, nothing to
+    release, nothing sampled ahead of `iter()`)."""
 
-    def __init__(self, num_items: int, batch_size: int, shuffle: bool, drop_last: bool, seed: int):
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1 (got {batch_size})")
-        self.num_items, self.batch_size = int(num_items), int(batch_size)
-        self.shuffle, self.drop_last, self.seed = shuffle, drop_last, int(seed)
+    epoch: int
+    batching: EpochBatching
+
+    @property
+    def num_inputs(self) -> int:
+        raise NotImplementedError
 
     def __len__(self) -> int:
-        if self.drop_last:
-            return self.num_items // self.batch_size
-        return -(-self.num_items // self.batch_size)
+        return self.batching.num_batches(self.num_inputs)
 
-    def indices(self, epoch: int) -> list[Tensor]:
-        """The input positions of every batch of `epoch`."""
-        if self.shuffle:
-            gen = torch.Generator().manual_seed(derive_seed(self.seed, epoch) & 0x7FFFFFFFFFFF)
-            order = torch.randperm(self.num_items, generator=gen)
-        else:
-            order = torch.arange(self.num_items)
-        return list(order.split(self.batch_size))[: len(self)]
+    def epoch_jobs(self) -> Iterator[tuple[Tensor, int]]:
+        """(input positions, sampling seed) of every batch of the next epoch, which starts."""
+        epoch, self.epoch = self.epoch, self.epoch + 1
+        b = self.batching
+        for i, index in enumerate(b.indices(self.num_inputs, epoch)):
+            yield index, b.batch_seed(epoch, i)
 
-    def batch_seed(self, epoch: int, index: int) -> int:
-        """The sampling seed of batch `index` of `epoch` (the distributed loader's scheme too)."""
-        return derive_seed(self.seed, epoch, index)
+    def prefetch(self) -> None:
+        """Nothing to start: batches are sampled when the epoch asks for them."""
+
+    def data_stats(self) -> dict[str, float]:
+        """Nothing remote is fetched."""
+        return {}
+
+    def close(self) -> None:
+        """Holds nothing to release (the threads of `threads=n` end with their epoch)."""
 
 
 def _to_index(nodes, num_nodes: int, what: str) -> tuple[Tensor, Tensor | None]:
@@ -95,7 +100,7 @@ def resolve_input_nodes(
     return ntype, *_to_index(nodes, data[ntype].num_nodes, f"input_nodes[{ntype!r}]")
 
 
-class NeighborLoader:
+class NeighborLoader(LocalLoader):
     """Mini-batches of sampled neighbourhoods around seed nodes (PyG NeighborLoader's layout)."""
 
     def __init__(
@@ -138,25 +143,22 @@ class NeighborLoader:
                 f"input_time has {input_time.numel()} entries for {self.nodes.numel()} input nodes"
             )
         self.input_time = input_time
-        self.batches = EpochBatches(self.nodes.numel(), batch_size, shuffle, drop_last, seed)
+        self.batching = EpochBatching(batch_size, shuffle, drop_last, seed)
         self.gather = LocalGather(data, features)
         self.epoch = 0
 
-    def __len__(self) -> int:
-        return len(self.batches)
+    @property
+    def num_inputs(self) -> int:
+        return self.nodes.numel()
 
     def __iter__(self) -> Iterator[Data | HeteroData]:
-        epoch, self.epoch = self.epoch, self.epoch + 1
-        jobs = (
-            (index, self.batches.batch_seed(epoch, i))
-            for i, index in enumerate(self.batches.indices(epoch))
-        )
+        jobs = self.epoch_jobs()
         if self.threads <= 0:
             yield from (self._batch(*job) for job in jobs)
         else:
             yield from in_threads(self._batch, jobs, self.threads)
         for key, rows in self.gather.features.items():
-            rows.log_hit_rate(f"epoch {epoch}: {key} cache")
+            rows.log_hit_rate(f"epoch {self.epoch - 1}: {key} cache")
 
     def _batch(self, index: Tensor, seed: int) -> Data | HeteroData:
         batch = self.collate(index, seed)

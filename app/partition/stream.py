@@ -290,9 +290,10 @@ def coarse_graph(
         new = np.minimum(cs, cd) * num_clusters + np.maximum(cs, cd)
         keys, inverse = np.unique(np.concatenate([keys, new]), return_inverse=True)
         counts = np.bincount(
-            inverse, weights=np.concatenate([counts, np.ones(len(new), np.int64)]),
+            inverse,
+            weights=np.concatenate([counts, np.ones(len(new), np.int64)]),
             minlength=len(keys),
-        ).astype(np.int64)  # fmt: skip
+        ).astype(np.int64)
     lo, hi = keys // num_clusters, keys % num_clusters
     src = np.concatenate([lo, hi])
     order = np.argsort(src, kind="stable")
@@ -671,9 +672,15 @@ def stream_partition(
     try:
         spill_bk = spill_neighbours(graph, tmp / "spill") if spill else None
         part = stream_assign(
-            graph, spill_bk, num_parts, refine_passes, balance_train, balance_edges, seed,
+            graph,
+            spill_bk,
+            num_parts,
+            refine_passes,
+            balance_train,
+            balance_edges,
+            seed,
             memory_budget_gb,
-        )  # fmt: skip
+        )
         ids = None
         if relabel:
             key = stream_locality(graph, spill_bk, part) if order == "locality" else None

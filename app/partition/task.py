@@ -29,14 +29,21 @@ log = logging.getLogger("distgnn")
 def _params(spec: PartitionSpec) -> dict[str, Any]:
     p = spec.partition
     params = partition_params(
-        p.num_parts, p.method, p.recursive, p.balance_train, p.balance_edges, p.relabel, spec.seed,
+        p.num_parts,
+        p.method,
+        p.recursive,
+        p.balance_train,
+        p.balance_edges,
+        p.relabel,
+        spec.seed,
         p.order,
-    )  # fmt: skip
+    )
     if p.method == "stream":
         params.update(
-            balance_train=p.balance_train, balance_edges=p.balance_edges,
+            balance_train=p.balance_train,
+            balance_edges=p.balance_edges,
             refine_passes=p.refine_passes,
-        )  # fmt: skip
+        )
     return params
 
 

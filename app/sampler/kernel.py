@@ -333,9 +333,16 @@ class Relabeler:
         if batch.shape != nodes.shape:
             raise ValueError(f"batch has shape {batch.shape} but nodes has {nodes.shape}")
         local, self._count = _add_keyed(
-            self._keys, self._vals, self._slots, self._nodes, self._batch, self._count,
-            nodes, batch, self.num_nodes,
-        )  # fmt: skip
+            self._keys,
+            self._vals,
+            self._slots,
+            self._nodes,
+            self._batch,
+            self._count,
+            nodes,
+            batch,
+            self.num_nodes,
+        )
         return local
 
     def fill(self, seeds) -> np.ndarray:
@@ -413,18 +420,49 @@ def _relabel_keyed(rows, cols, first, last, keys, vals, nodes, batch, count, num
 
 @njit(cache=True, nogil=True)
 def _sample_frontier(
-    colptr, row, nodes, batch, begin, end, k, replace, hseed, disjoint, has_time, node_time,
-    seed_time, last, rows, cols, epos, n_edges, buf, map_perm, perm,
-):  # fmt: skip
+    colptr,
+    row,
+    nodes,
+    batch,
+    begin,
+    end,
+    k,
+    replace,
+    hseed,
+    disjoint,
+    has_time,
+    node_time,
+    seed_time,
+    last,
+    rows,
+    cols,
+    epos,
+    n_edges,
+    buf,
+    map_perm,
+    perm,
+):
     """Sample nodes[begin:end] into edge slots from n_edges on: epos (or edge ids), global
     neighbour ids in rows, frontier local ids in cols. Returns the new edge count."""
     first = n_edges
     for i in range(begin, end):
         v = nodes[i]
         c = _sample_one(
-            colptr, row, v, k, replace, _entry_state(hseed, v), has_time, node_time, seed_time,
-            batch[i] if disjoint else 0, last, epos, n_edges, buf,
-        )  # fmt: skip
+            colptr,
+            row,
+            v,
+            k,
+            replace,
+            _entry_state(hseed, v),
+            has_time,
+            node_time,
+            seed_time,
+            batch[i] if disjoint else 0,
+            last,
+            epos,
+            n_edges,
+            buf,
+        )
         cols[n_edges : n_edges + c] = i
         n_edges += c
     for j in range(first, n_edges):  # a separate pass: independent loads overlap
@@ -437,9 +475,21 @@ def _sample_frontier(
 
 @njit(cache=True, nogil=True)
 def _neighbor_sample(
-    colptr, row, seeds, fanouts, hop_seeds, replace, disjoint, has_time, node_time, seed_time,
-    last, nmap, map_perm, perm,
-):  # fmt: skip
+    colptr,
+    row,
+    seeds,
+    fanouts,
+    hop_seeds,
+    replace,
+    disjoint,
+    has_time,
+    node_time,
+    seed_time,
+    last,
+    nmap,
+    map_perm,
+    perm,
+):
     num_nodes = colptr.shape[0] - 1
     nodes, batch, keys, vals = _init_seeds(seeds, disjoint, nmap, num_nodes)
     num_hops = fanouts.shape[0]
@@ -469,9 +519,28 @@ def _neighbor_sample(
         first_edge = n_edges
         buf = _scratch(maxdeg, k, replace, has_time)
         n_edges = _sample_frontier(
-            colptr, row, nodes, batch, begin, end, k, replace, hop_seeds[h], disjoint, has_time,
-            node_time, seed_time, last, rows, cols, epos, n_edges, buf, map_perm, perm,
-        )  # fmt: skip
+            colptr,
+            row,
+            nodes,
+            batch,
+            begin,
+            end,
+            k,
+            replace,
+            hop_seeds[h],
+            disjoint,
+            has_time,
+            node_time,
+            seed_time,
+            last,
+            rows,
+            cols,
+            epos,
+            n_edges,
+            buf,
+            map_perm,
+            perm,
+        )
         if disjoint:
             count = _relabel_keyed(
                 rows, cols, first_edge, n_edges, keys, vals, nodes, batch, count, num_nodes
@@ -486,9 +555,14 @@ def _neighbor_sample(
             nmap[nodes[i]] = -1
     out_batch = batch[:count].copy() if disjoint else batch[:0].copy()
     return (
-        nodes[:count].copy(), rows[:n_edges].copy(), cols[:n_edges].copy(),
-        epos[:n_edges].copy(), nsn, nse, out_batch,
-    )  # fmt: skip
+        nodes[:count].copy(),
+        rows[:n_edges].copy(),
+        cols[:n_edges].copy(),
+        epos[:n_edges].copy(),
+        nsn,
+        nse,
+        out_batch,
+    )
 
 
 @njit(cache=True, nogil=True)
@@ -622,9 +696,21 @@ def neighbor_sample(
             raise ValueError(f"scratch must have shape ({num_nodes},) (got {nmap.shape})")
     hop_seeds = np.array([hop_seed(seed, h) for h in range(len(fanouts))], dtype=np.uint64)
     node, rl, cl, epos, nsn, nse, batch = _neighbor_sample(
-        colptr, row, seeds, fanouts, hop_seeds, bool(replace), disjoint, has_time, nt, st,
-        last, nmap, perm is not None, np.empty(0, np.int64) if perm is None else perm,
-    )  # fmt: skip
+        colptr,
+        row,
+        seeds,
+        fanouts,
+        hop_seeds,
+        bool(replace),
+        disjoint,
+        has_time,
+        nt,
+        st,
+        last,
+        nmap,
+        perm is not None,
+        np.empty(0, np.int64) if perm is None else perm,
+    )
     return node, rl, cl, epos, nsn.tolist(), nse.tolist(), batch if disjoint else None
 
 

@@ -427,10 +427,14 @@ class NeighborSampler(BaseSampler):
                 raise ValueError("a HeteroData sampler needs seeds as {node_type: ids}")
             seeds = {nt: as_index_array(s, "seeds") for nt, s in seeds.items()}
             out = sample_multi_hop_hetero(
-                seeds, self.num_neighbors, self.hop_fns(seed), self.num_nodes, self.disjoint,
+                seeds,
+                self.num_neighbors,
+                self.hop_fns(seed),
+                self.num_nodes,
+                self.disjoint,
                 None if seed_time is None else {k: np.asarray(v) for k, v in seed_time.items()},
                 self._relabelers(),
-            )  # fmt: skip
+            )
         else:
             out = self._sample_homo(seeds, seed_time, seed)
         return self._finish(out)
@@ -453,10 +457,14 @@ class NeighborSampler(BaseSampler):
             perm=self.perm,
         )
         return SamplerOutput(
-            node=_t(node), row=_t(rl), col=_t(cl), edge=_t(eids),
+            node=_t(node),
+            row=_t(rl),
+            col=_t(cl),
+            edge=_t(eids),
             batch=None if batch is None else _t(batch),
-            num_sampled_nodes=nsn, num_sampled_edges=nse,
-        )  # fmt: skip
+            num_sampled_nodes=nsn,
+            num_sampled_edges=nse,
+        )
 
     def _sample_torch(self, csc: TorchCSC, seeds, seed: int) -> SamplerOutput:
         scratch = getattr(self._local, "tensor_map", None)

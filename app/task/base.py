@@ -27,6 +27,7 @@ from torch import nn
 
 from app.config import Config
 from app.contract import SPLITS
+from app.loader.protocol import TrainLoader
 from app.task.device import DeviceLoader
 from app.task.evaluate import Evaluator, choose_evaluator
 from app.task.optim import Optimizers
@@ -52,7 +53,9 @@ class Task:
         t = cfg.train
         dense = torch.optim.Adam(self.bare.parameters(), lr=t.lr, weight_decay=t.weight_decay)
         self.optimizer = Optimizers(dense, self.tables)
-        self.loaders = {s: DeviceLoader(self.loader(s), source.device) for s in SPLITS}
+        self.loaders: dict[str, DeviceLoader] = {
+            s: DeviceLoader(self.loader(s), source.device) for s in SPLITS
+        }
         self.evaluator: Evaluator = choose_evaluator(self)
         self._probe = self.tables.probe() if self.tables is not None else {}
 
@@ -68,11 +71,16 @@ class Task:
     def build_model(self) -> nn.Module:
         raise NotImplementedError
 
-    def loader(self, split: str) -> Iterable:
+    def loader(self, split: str) -> TrainLoader:
         raise NotImplementedError
 
     def step(self, model: nn.Module, batch: Any) -> StepResult:
         raise NotImplementedError
+
+    def layerwise_results(self, rows: Any, split: str) -> Iterable[StepResult]:
+        """The step results of `split` scored from layer-wise embedding `rows` (link tasks;
+        a node task's layer-wise evaluation reads the logits themselves)."""
+        raise NotImplementedError(f"{type(self).__name__} has no layer-wise results")
 
     def evaluate(self, splits: tuple[str, ...]) -> dict[str, float]:
         """`{"<split>_<metric>": value}` over every rank (collective: every rank calls it)."""

@@ -8,24 +8,37 @@ them early. On the CPU the loader is passed through unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
+from app.loader.protocol import TrainLoader
+
 
 class DeviceLoader:
-    """Iterates `loader` with every batch on `device` (prefetching one batch on cuda)."""
+    """Iterates `loader` with every batch on `device` (prefetching one batch on cuda); the rest
+    of `TrainLoader` is the wrapped loader's."""
 
-    def __init__(self, loader: Iterable, device: torch.device) -> None:
+    def __init__(self, loader: TrainLoader, device: torch.device) -> None:
         self.loader, self.device = loader, device
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
 
     def __len__(self) -> int:
-        return len(self.loader)  # type: ignore[arg-type]
+        return len(self.loader)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.loader, name)
+    @property
+    def num_inputs(self) -> int:
+        return self.loader.num_inputs
+
+    def prefetch(self) -> None:
+        self.loader.prefetch()
+
+    def data_stats(self) -> dict[str, float]:
+        return self.loader.data_stats()
+
+    def close(self) -> None:
+        self.loader.close()
 
     @property
     def epoch(self) -> int:

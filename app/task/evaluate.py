@@ -21,21 +21,40 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor, nn
 
+from app.config import Config
+from app.loader.protocol import TrainLoader
 from app.task.metrics import all_reduce, binary_auc, dist_ready
+from app.task.source import GraphSource
 from app.task.step import Objective, StepResult
 
 log = logging.getLogger("distgnn.train")
 
-Evaluator = Callable[[Any, tuple[str, ...]], dict[str, float]]
+
+class Evaluated(Protocol):
+    """What an evaluator reads of a task (`app.task.base.Task` is one)."""
+
+    cfg: Config
+    bare: nn.Module  # the model without DDP: evaluation runs no collective in forward
+    source: GraphSource  # `inference_view()`: the graph of layer-wise evaluation
+
+    @property
+    def loaders(self) -> Mapping[str, TrainLoader]: ...
+
+    def step(self, model: nn.Module, batch: Any) -> StepResult: ...
+
+    def layerwise_results(self, rows: Any, split: str) -> Iterable[StepResult]: ...
 
 
-def sampled_evaluator(task: Any, splits: tuple[str, ...]) -> dict[str, float]:
+Evaluator = Callable[[Evaluated, tuple[str, ...]], dict[str, float]]
+
+
+def sampled_evaluator(task: Evaluated, splits: tuple[str, ...]) -> dict[str, float]:
     """Each split's sampled loader through the task's own `step`, on the bare model."""
     out: dict[str, float] = {}
     for split in splits:
@@ -44,7 +63,7 @@ def sampled_evaluator(task: Any, splits: tuple[str, ...]) -> dict[str, float]:
     return out
 
 
-def layerwise_evaluator(task: Any, splits: tuple[str, ...]) -> dict[str, float]:
+def layerwise_evaluator(task: Evaluated, splits: tuple[str, ...]) -> dict[str, float]:
     """Every split's metrics from exact layer-wise inference (all ranks, one pass)."""
     from app.inference import evaluate_layerwise, layerwise_embeddings
 
@@ -63,7 +82,7 @@ def layerwise_evaluator(task: Any, splits: tuple[str, ...]) -> dict[str, float]:
         rows.close()
 
 
-def choose_evaluator(task: Any) -> Evaluator:
+def choose_evaluator(task: Evaluated) -> Evaluator:
     """Layer-wise where configured and possible, else sampled (one line says why); either
     logs how long each evaluation took."""
     evaluator = sampled_evaluator
@@ -80,7 +99,7 @@ def _timed(evaluator: Evaluator) -> Evaluator:
     mode = "layer-wise" if evaluator is layerwise_evaluator else "sampled"
 
     @functools.wraps(evaluator)  # `__wrapped__` names the evaluator chosen
-    def timed(task: Any, splits: tuple[str, ...]) -> dict[str, float]:
+    def timed(task: Evaluated, splits: tuple[str, ...]) -> dict[str, float]:
         start = time.perf_counter()
         out = evaluator(task, splits)
         elapsed = time.perf_counter() - start
@@ -91,7 +110,7 @@ def _timed(evaluator: Evaluator) -> Evaluator:
 
 
 @torch.no_grad()
-def sampled_eval(model: nn.Module, loader: Iterable, objective: Objective) -> dict[str, float]:
+def sampled_eval(model: nn.Module, loader: TrainLoader, objective: Objective) -> dict[str, float]:
     """`acc` over all ranks, plus `auc` / `mrr` when the objective yields scores / ranks."""
     model.eval()
     return summarize(objective(model, batch) for batch in loader)

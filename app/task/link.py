@@ -14,7 +14,7 @@ every evaluation of a run ranks the positives against the same destinations.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from torch_geometric.data import HeteroData
 
 from app.contract import SPLITS
+from app.loader.protocol import TrainLoader
 from app.model.hetero import check_hetero_model
 from app.model.link import build_hetero_link_predictor, build_link_predictor
 from app.task.base import Task
@@ -43,7 +44,7 @@ class LinkTask(Task):
             m, s.metadata, self.in_channels(), edge_type, self.tables
         )
 
-    def loader(self, split: str) -> Iterable:
+    def loader(self, split: str) -> TrainLoader:
         edge_type, edges = self.source.link_edges(split)
         ld = self.cfg.loader
         if split == "train":

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -14,6 +13,7 @@ from app.config import Config, kernels_forced
 from app.contract import SPLITS
 from app.dataset.link_split import link_split, link_type
 from app.labels import check_labels
+from app.loader.protocol import TrainLoader
 from app.placement import resolve_device
 from app.task.source import EdgeType, GraphSource, Schema, eval_cap
 from app.task.tables import LocalTables, Tables
@@ -46,7 +46,7 @@ class LocalSource(GraphSource):
         self.cfg, self.data = cfg, data
         self.device = resolve_device(cfg.train.device)
         self._links: tuple[Data | HeteroData, dict[str, Tensor]] | None = None
-        self.loaders: list[Any] = []  # local loaders hold no resources
+        self.loaders: list[TrainLoader] = []  # local loaders hold no resources
         self._sampler: Any = None  # the node loaders' shared torch sampler (sampler.device)
         self._rows: dict[str, Any] | None = None  # ... and their device features
         self._sampler_device: torch.device | None = None
@@ -146,7 +146,7 @@ class LocalSource(GraphSource):
             log.info("features: %d of %d rows on %s", x.cached_rows, x.num_rows, device)
         return self._rows
 
-    def node_loader(self, split: str, seeds: Tensor, node_type: str | None) -> Iterable:
+    def node_loader(self, split: str, seeds: Tensor, node_type: str | None) -> TrainLoader:
         from app.loader import NeighborLoader
 
         s = self.cfg.sampler
@@ -178,7 +178,7 @@ class LocalSource(GraphSource):
 
     def link_loader(
         self, split: str, edges: Tensor, edge_type: EdgeType | None, mode: str, ratio: float
-    ) -> Iterable:
+    ) -> TrainLoader:
         from app.loader import LinkNeighborLoader
 
         return LinkNeighborLoader(

@@ -7,12 +7,12 @@ tables, cross-entropy on the seed rows of the labelled type.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from app.loader.protocol import TrainLoader
 from app.model.hetero import build_hetero_classifier
 from app.model.registry import build_model
 from app.task.base import Task
@@ -32,7 +32,7 @@ class NodeTask(Task):
             m, s.metadata, self.in_channels(), s.num_classes, s.target, self.tables
         )
 
-    def loader(self, split: str) -> Iterable:
+    def loader(self, split: str) -> TrainLoader:
         target = self.schema.target
         return self.source.node_loader(split, self.source.node_seeds(split, target), target)
 

@@ -6,14 +6,13 @@ those of `HETERO_LINK_TYPE`) cut across the node's trainers; val / test = the he
 (`link_split.pt`) cut across all trainers.
 The class count is the one the partition's META.json records (its dataset's), else
 `dataset.num_classes`, never the largest label: every rank builds the same model, and each
-checks its part's labels against it (`app.labels`) before training. The first loader joins the
-job's RPC group.
+checks its part's labels against it (`app.labels`) before training. The trainer joins the
+job's RPC group (`app.distributed.group.join_trainer`) before the task builds its loaders.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -23,9 +22,15 @@ from torch.nn.parallel import DistributedDataParallel
 from app.config import Config
 from app.dataset.link_split import HETERO_LINK_TYPE
 from app.distributed.context import DistContext
+from app.distributed.engine import BatchEngine
 from app.distributed.feature_store import LocalFeatureStore
+from app.distributed.feeding import feeding_for
 from app.distributed.graph_store import LocalGraphStore
+from app.distributed.group import trainer_router
+from app.distributed.inputs import Inputs, LinkInputs, NodeInputs
+from app.distributed.sampler import DistNeighborSampler, SamplerOptions
 from app.labels import check_labels
+from app.loader.protocol import TrainLoader
 from app.partition.link import load_held_out
 from app.partition.reader import load_partition, load_partition_book
 from app.placement import trainer_device
@@ -52,7 +57,10 @@ class PartitionSource(GraphSource):
             LocalFeatureStore.from_partition_data(self.part),
             LocalGraphStore.from_partition_data(self.part),
         )
-        self.loaders: list[Any] = []
+        self.ctx = DistContext.from_runtime(runtime)
+        # who serves each partition; the trainer joins RPC before any loader is built
+        self.router = trainer_router(self.ctx, runtime.num_nodes)
+        self.loaders: list[TrainLoader] = []
 
     def schema(self) -> Schema:
         part, meta = self.part, self.part.meta
@@ -98,7 +106,7 @@ class PartitionSource(GraphSource):
     def _make_view(self) -> Any:
         from app.inference import partition_view
 
-        return partition_view(self.part, DistContext.from_runtime(self.runtime))
+        return partition_view(self.part, self.ctx)
 
     def _share(self, ids: Tensor, cap: int) -> Tensor:
         rt = self.runtime
@@ -122,61 +130,57 @@ class PartitionSource(GraphSource):
         cap = eval_cap(self.cfg)
         return edge_type, share[:, :cap] if cap else share
 
-    def _common(self, split: str, temporal: bool) -> dict[str, Any]:
-        """The loaders' arguments: the sampler's options (`SamplerOptions`, from `cfg.sampler`;
-        `temporal=False` drops `time_attr`, as link loaders take none), RPC, batching."""
-        from app.distributed.sampler import SamplerOptions
-
-        rt, cfg = self.runtime, self.cfg
-        s = cfg.sampler
-        options = SamplerOptions.from_config(s)
-        if not temporal:
-            options = dataclasses.replace(options, time_attr=None)
-        return dict(
-            current_ctx=DistContext.from_runtime(rt),
-            num_workers=cfg.loader.num_workers,
-            concurrency=s.concurrency,
-            master_addr=rt.master_addr,
-            master_port=rt.rpc_port,
-            rpc_timeout=s.rpc_timeout_s,
-            init_timeout=cfg.cluster.init_timeout_s,
-            **options.as_kwargs(),
-            **self.batch_args(split),
-        )
-
-    def node_loader(self, split: str, seeds: Tensor, node_type: str | None) -> Iterable:
-        from app.distributed.loader import DistNeighborLoader
-
-        loader = DistNeighborLoader(
-            self.stores,
-            input_nodes=seeds if node_type is None else (node_type, seeds),
-            **self._common(split, temporal=True),
-        )
+    def _engine(self, split: str, inputs: Inputs, sampler: DistNeighborSampler) -> BatchEngine:
+        """A loader of `inputs` with `sampler` (built once from `cfg.sampler`), the split's
+        batching, and this trainer's feeding mode (its sampler processes, or its threads)."""
+        s = self.cfg.sampler
+        feeding = feeding_for(self.ctx, self.cfg.loader.num_workers, s.concurrency, s.rpc_timeout_s)
+        loader = BatchEngine(sampler, inputs, self.batching(split), feeding)
         self.loaders.append(loader)
         return loader
+
+    def _sampler(self, temporal: bool) -> DistNeighborSampler:
+        """The sampler `cfg.sampler` describes (`temporal=False` drops `time_attr`: link
+        loaders sample no time)."""
+        options = SamplerOptions.from_config(self.cfg.sampler)
+        if not temporal:
+            options = dataclasses.replace(options, time_attr=None)
+        return DistNeighborSampler(self.stores, options=options, router=self.router)
+
+    def node_loader(self, split: str, seeds: Tensor, node_type: str | None) -> TrainLoader:
+        sampler, seeds = self._sampler(temporal=True), seeds.to(torch.int64)
+        times = sampler.graph_store.node_time(node_type)[seeds] if sampler.temporal else None
+        return self._engine(split, NodeInputs(seeds, node_type, times), sampler)
 
     def link_loader(
         self, split: str, edges: Tensor, edge_type: EdgeType | None, mode: str, ratio: float
-    ) -> Iterable:
-        from app.distributed.loader import DistLinkNeighborLoader
-
-        loader = DistLinkNeighborLoader(
-            self.stores,
-            edge_label_index=edges if edge_type is None else (edge_type, edges),
-            neg_sampling=mode,
-            neg_sampling_ratio=ratio,
-            **self._common(split, temporal=False),
+    ) -> TrainLoader:
+        sampler = self._sampler(temporal=False)
+        gs = sampler.graph_store
+        src, dst = (None, None) if edge_type is None else (edge_type[0], edge_type[-1])
+        inputs = LinkInputs(
+            edges.to(torch.int64),
+            edge_type,
+            gs.num_nodes(src),
+            gs.num_nodes(dst),
+            None,
+            mode,
+            float(ratio or 1.0),
         )
-        self.loaders.append(loader)
-        return loader
+        return self._engine(split, inputs, sampler)
 
     def embeddings(self, sizes: dict[str, int], dim: int) -> Tables:
         rt, t = self.runtime, self.cfg.train
         return make_dist_tables(
-            sizes, dim, t.sparse_optimizer, t.sparse_lr, self.device,
+            sizes,
+            dim,
+            t.sparse_optimizer,
+            t.sparse_lr,
+            self.device,
             book_of=lambda nt: load_partition_book(self.part.root, nt),
-            part_id=rt.node_rank, is_owner=rt.local_rank == 0,
-        )  # fmt: skip
+            part_id=rt.node_rank,
+            is_owner=rt.local_rank == 0,
+        )
 
     def wrap(self, model: nn.Module, find_unused: bool = False) -> nn.Module:
         """DDP over the trainers (each on its device: `trainer_device`)."""

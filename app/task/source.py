@@ -17,8 +17,8 @@ trainer's partition, other partitions over RPC, DDP across trainers). A source p
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +26,8 @@ import torch
 from torch import Tensor, nn
 
 from app.config import Config
+from app.loader.epochs import EpochBatching
+from app.loader.protocol import TrainLoader
 from app.task.tables import Tables
 
 EdgeType = tuple[str, str, str]
@@ -72,7 +74,7 @@ class GraphSource(ABC):
     rank: int = 0
     world_size: int = 1
     device: torch.device = torch.device("cpu")
-    loaders: list[Any]  # loaders to close (distributed ones hold thread pools)
+    loaders: list[TrainLoader]  # loaders to close (distributed ones hold thread pools)
 
     @abstractmethod
     def schema(self) -> Schema: ...
@@ -85,12 +87,12 @@ class GraphSource(ABC):
         """(predicted edge type or None, this trainer's `[2, E]` positives of `split`)."""
 
     @abstractmethod
-    def node_loader(self, split: str, seeds: Tensor, node_type: str | None) -> Iterable: ...
+    def node_loader(self, split: str, seeds: Tensor, node_type: str | None) -> TrainLoader: ...
 
     @abstractmethod
     def link_loader(
         self, split: str, edges: Tensor, edge_type: EdgeType | None, mode: str, ratio: float
-    ) -> Iterable: ...
+    ) -> TrainLoader: ...
 
     @abstractmethod
     def embeddings(self, sizes: dict[str, int], dim: int) -> Tables: ...
@@ -118,12 +120,16 @@ class GraphSource(ABC):
         if view is not None:
             view.close()
 
-    def batch_args(self, split: str) -> dict[str, Any]:
-        """batch size / shuffle / drop_last / seed of a `split` loader."""
+    def batching(self, split: str) -> EpochBatching:
+        """How a `split` loader cuts its inputs: batch size, shuffle, drop_last, seed."""
         ld, train = self.cfg.loader, split == "train"
-        return dict(
+        return EpochBatching(
             batch_size=ld.batch_size if train else ld.eval_batch_size,
             shuffle=ld.shuffle and train,
             drop_last=ld.drop_last and train,
             seed=loader_seed(self.cfg, self.rank),
         )
+
+    def batch_args(self, split: str) -> dict[str, Any]:
+        """`batching(split)` as the local loaders' (PyG's) keyword arguments."""
+        return dataclasses.asdict(self.batching(split))

@@ -109,7 +109,7 @@ def start_sshd(tb: Testbed) -> Path:
                 stdout=log,
                 stderr=log,
                 start_new_session=True,
-            )  # fmt: skip  (PID 1 of the host's PID namespace; `down` kills it)
+            )  # PID 1 of the host's PID namespace; `down` kills it
     deadline = time.monotonic() + 10
     while not all(_listening(tb, i) for i in range(tb.hosts)):
         if time.monotonic() > deadline:

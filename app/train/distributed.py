@@ -2,8 +2,8 @@
 
 Steps: join the trainers' process group (nccl on cuda, gloo on cpu) at
 `tcp://master_addr:ddp_port`, then source → task → fit: this node's partition
-(`PartitionSource`, memory-mapped; its first loader joins the job's RPC group), the configured
-objective (`app.task.registry`), `app.train.loop.fit`. Rank 0 logs to MLflow (nested under
+(`PartitionSource`, memory-mapped), joining the job's RPC group (`join_trainer`: the
+loaders assume a joined group), the configured objective (`app.task.registry`), `app.train.loop.fit`. Rank 0 logs to MLflow (nested under
 `DISTGNN_MLFLOW_PARENT_RUN_ID` when a sweep set it), checkpoints every epoch and writes the
 final metrics to `<job_dir>/result.json` (atomically) for the launcher.
 
@@ -19,6 +19,7 @@ import gc
 import json
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -29,8 +30,10 @@ import torch.distributed as dist
 from app.config import Config
 from app.contract import PARENT_RUN_ENV, RESULT_FILE
 from app.distributed.context import DistContext
+from app.distributed.group import join_trainer
 from app.distributed.workers import shutdown
 from app.fsutil import write_text_atomic
+from app.loader.protocol import TrainLoader
 from app.netutil import bound_store
 from app.placement import ddp_backend
 from app.runtime import Runtime, tune_process
@@ -129,12 +132,12 @@ def _start_tracking(session: Session, part: Any) -> None:
         tracker.log_artifact(overrides)
 
 
-def _log_shares(runtime: Runtime, loaders: dict[str, Any]) -> None:
+def _log_shares(runtime: Runtime, loaders: Mapping[str, TrainLoader]) -> None:
     """One line per trainer: its seeds (edges for links) and train batches (uneven is expected).
 
     The `<name> seeds {json}` format is parsed by tests; keep it.
     """
-    share = {s: int(ld._num_inputs()) for s, ld in loaders.items()}
+    share = {s: ld.num_inputs for s, ld in loaders.items()}
     share["batches"] = len(loaders["train"])
     log.info("%s seeds %s", runtime.name, json.dumps(share))
 
@@ -156,12 +159,18 @@ def train_distributed(runtime: Runtime, cfg: Config) -> dict[str, float]:
             init_process_group(runtime, cfg)
         with phase("load partition"):
             session.source = source = PartitionSource(runtime, cfg)
-        with phase("build task (RPC join)"):
+        with phase("RPC join"):
+            join_trainer(
+                source.ctx,
+                source.stores,
+                source.router,
+                (runtime.master_addr, runtime.rpc_port),
+                (cfg.sampler.rpc_timeout_s, cfg.cluster.init_timeout_s),
+            )
+        with phase("build task"):
             task = build_task(cfg, source)
         _log_shares(runtime, task.loaders)
-        train = task.loaders.get("train")
-        if hasattr(train, "prefetch"):  # its first batches sample while tracking starts
-            train.prefetch()
+        task.loaders["train"].prefetch()  # its first batches sample while tracking starts
         _start_tracking(session, source.part)
         with phase("ranks ready"):  # the first epoch starts together: no rank's epoch time
             dist.barrier()  # or data wait counts rank 0's tracker start-up

@@ -17,7 +17,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -26,6 +26,7 @@ from torch import nn
 from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel
 
+from app.loader.protocol import TrainLoader
 from app.task.metrics import EpochStats, all_reduce, dist_ready
 from app.task.step import Objective
 from app.train.checkpoint import (
@@ -79,12 +80,14 @@ def _progress(
     return bar, rates
 
 
-def _length(loader: Iterable, max_steps: int) -> int | None:
-    try:
-        n = len(loader)  # type: ignore[arg-type]
-    except TypeError:
-        return max_steps or None
+def _length(loader: TrainLoader, max_steps: int) -> int:
+    n = len(loader)
     return min(n, max_steps) if max_steps else n
+
+
+def _each(batches: Iterable[Any]) -> Generator[Any, None, None]:
+    """`batches` as a generator: closing it closes the bar's / loader's own iterator."""
+    yield from batches
 
 
 class _Optimizer(Protocol):
@@ -95,7 +98,7 @@ class _Optimizer(Protocol):
 
 def train_epoch(
     model: nn.Module,
-    loader: Iterable,
+    loader: TrainLoader,
     optimizer: _Optimizer,
     objective: Objective,
     *,
@@ -127,7 +130,7 @@ def train_epoch(
     device_type = next(model.parameters()).device.type
     with _join_context(model):
         bar, rates = _progress(loader, desc, _length(loader, max_steps))
-        batches = iter(bar)
+        batches = _each(bar)
         for _ in range(int(stats.steps)):
             next(batches, None)
         while not max_steps or stats.steps < max_steps:
@@ -151,8 +154,7 @@ def train_epoch(
             rates(stats, start)
             if on_step is not None:
                 on_step(stats)
-        if hasattr(batches, "close"):  # stopped at max_steps: end the progress bar / generator
-            batches.close()
+        batches.close()  # stopped at max_steps: end the progress bar and the loader's epoch
     stats.settle()  # a GPU epoch's losses, checked once: the step is not known there
     check_loss(float(stats.loss_sum), model, None, f"{desc} (a step's loss on the device)")
     stats.wall_s = time.perf_counter() - start
@@ -166,7 +168,9 @@ class _Tracker(Protocol):
 class _Task(Protocol):
     model: nn.Module
     optimizer: Any
-    loaders: dict[str, Iterable]
+
+    @property
+    def loaders(self) -> Mapping[str, TrainLoader]: ...
 
     def step(self, model: nn.Module, batch: Any) -> Any: ...
 
@@ -322,17 +326,15 @@ def _score_checkpoint(
     return metrics
 
 
-def _data_path(loader: Any, steps: int) -> dict[str, float]:
+def _data_path(loader: TrainLoader, steps: int) -> dict[str, float]:
     """The epoch's remote traffic over every trainer: bytes per batch, halo-cache hit rate.
 
     Distributed loaders count what their samplers fetched by RPC since the last call; local
-    loaders fetch nothing remote and log nothing. Collective: every rank calls it.
+    loaders fetch nothing remote (empty stats) and log nothing. Collective when the stats are
+    not empty: every rank of a job has the same kind of loader, so every rank calls it.
     """
-    counters = getattr(loader, "data_stats", None)
-    if counters is None:
-        return {}
-    d = counters()
-    if not steps:
+    d = loader.data_stats()
+    if not (d and steps):
         return {}
     rows, hits, feature_bytes, hop_bytes = all_reduce(
         [d.get(k, 0.0) for k in ("feature_rows", "cache_hits", "feature_bytes", "hop_bytes")]
@@ -357,7 +359,7 @@ def _mid_epoch_saver(
     if not (opts.checkpoint and opts.job_dir and every > 0):
         return None
     loader = task.loaders["train"]
-    (neg_min,) = all_reduce([-float(_length(loader, opts.max_steps) or 0)], op="max")
+    (neg_min,) = all_reduce([-float(_length(loader, opts.max_steps))], op="max")
     common = int(-neg_min)
 
     def save(stats: EpochStats) -> None:

@@ -164,7 +164,7 @@ def check_hetero_link(rt, spec: dict) -> int:
                 for i, b in enumerate(loader):
                     seed = derive_seed(5, 0, i)
                     ids = b[et].input_id
-                    raw = loader.make_batch(ids, seed)
+                    raw = loader.inputs.batch(ids, seed)
                     if mode == "binary":
                         _check_binary(b, raw, et, local, gather, seed)
                     else:

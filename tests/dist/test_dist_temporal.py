@@ -130,7 +130,7 @@ def check_temporal(rt, spec: dict) -> int:
                 spec["root"], FANOUT, shuffle=True, time_attr="time", temporal_strategy=strategy,
                 **kw,
             )  # fmt: skip
-            times = g["time"][loader.input_nodes]
+            times = g["time"][loader.inputs.ids]
             if explicit:  # earlier than the seeds' own times: stricter filtering
                 times = times // 2
                 loader = DistNeighborLoader(

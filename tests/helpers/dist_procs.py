@@ -233,8 +233,11 @@ def _check_data_path(loader, spec: dict) -> None:
         assert stats["cache_hits"] > 0 and stats["cache_rows"] > 0, stats
     else:
         assert stats["cache_hits"] == 0 and stats["feature_rows"] > 0, stats
-    if loader.ring is not None:  # in flight + the batch in hand + the loop variable's
-        assert 0 < loader.ring.depth <= loader.concurrency + 2, loader.ring.depth
+    from app.distributed.feeding import SamplerProcesses
+
+    feeding = loader.feeding
+    if isinstance(feeding, SamplerProcesses):  # in flight + the batch in hand + the loop var's
+        assert 0 < feeding.ring.depth <= feeding.concurrency + 2, feeding.ring.depth
 
 
 def _check_link(spec: dict, kw: dict, g: dict) -> None:

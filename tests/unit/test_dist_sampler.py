@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch_geometric.data import Data
 
-from app.distributed.loader import DistNeighborLoader
+from app.distributed import DistNeighborLoader
 from app.distributed.sampler import DistNeighborSampler, SamplerOptions
 from app.distributed.server import load_stores
 from app.partition.writer import partition_graph

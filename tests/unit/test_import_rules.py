@@ -21,6 +21,7 @@ RULES = {
     "model": ("app.train", "app.loader", "app.distributed", "app.launch", "app.task", *ENTRY),
     "launch": ("app.train", "app.task", *ENTRY),
     "task": ("app.train", "app.launch", *ENTRY),
+    "distributed": ("app.train", "app.task", "app.launch", *ENTRY),
 }
 
 
@@ -48,6 +49,31 @@ def _violations(package: str, forbidden: tuple[str, ...]) -> list[str]:
 @pytest.mark.parametrize("package", sorted(RULES))
 def test_package_imports_respect_layering(package):
     assert _violations(package, RULES[package]) == []
+
+
+# PyG's surface over the engine: imported by `app.distributed` (its exports) and the alias
+# modules PyG's own tests import by name (`app.distributed.dist_*`), nothing else in app/.
+PYG_LAYER = "app.distributed.pyg"
+PYG_IMPORTERS = {
+    "distributed/__init__.py",
+    "distributed/dist_link_neighbor_loader.py",
+    "distributed/dist_loader.py",
+    "distributed/dist_neighbor_loader.py",
+    "distributed/dist_neighbor_sampler.py",
+    "distributed/event_loop.py",
+    "distributed/utils.py",
+}
+
+
+def test_only_the_pyg_surface_imports_the_pyg_layer():
+    out = []
+    for path in sorted(APP.rglob("*.py")):
+        rel = path.relative_to(APP).as_posix()
+        if rel.startswith("distributed/pyg/") or rel in PYG_IMPORTERS:
+            continue
+        if any(n == PYG_LAYER or n.startswith(PYG_LAYER + ".") for n in imported_modules(path)):
+            out.append(rel)
+    assert out == []
 
 
 def test_the_checker_sees_function_local_imports(tmp_path):

@@ -1,0 +1,197 @@
+"""`BatchEngine`: the trainer's side of distributed sampling, from typed records.
+
+Five records make a loader: the sampler (built once, holding the stores and their
+`SamplerOptions`), the inputs (`NodeInputs` / `LinkInputs`), the epoch-batching rule shared
+with the local loaders (`EpochBatching`), the feeding mode (`InTrainer` threads or
+`SamplerProcesses`, owning their pool or ring), and the device. The engine assumes the RPC
+group is joined (`app.distributed.group.join_trainer`, or the PyG layer's join on
+construction) and implements `app.loader.protocol.TrainLoader`.
+
+Batches go out in epoch order, at most `feeding.concurrency` in flight (one with
+`async_sampling=False`, requested when the previous one is taken): that deque of pending
+batches is the bounded channel, and batches come back in order.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from app.distributed.feature_store import LocalFeatureStore
+from app.distributed.feeding import Feeding, Pending
+from app.distributed.graph_store import LocalGraphStore
+from app.distributed.inputs import Inputs
+from app.distributed.sampler import DistNeighborSampler
+from app.loader.epochs import EpochBatching
+
+log = logging.getLogger("distgnn")
+_LEVELS = ("cache_rows", "cache_hit_rate", "cpu_s", "minflt")  # not counters: not differenced
+
+
+class BatchEngine:
+    """Epochs of sampled batches of `inputs` (see the module docstring)."""
+
+    def __init__(
+        self,
+        sampler: DistNeighborSampler,
+        inputs: Inputs,
+        batching: EpochBatching,
+        feeding: Feeding,
+        device: torch.device | None = None,
+        transform: Callable[[Any], Any] | None = None,
+        async_sampling: bool = True,
+    ) -> None:
+        self.sampler, self.inputs, self.batching, self.feeding = sampler, inputs, batching, feeding
+        self.device, self.transform, self.async_sampling = device, transform, async_sampling
+        self.feature_store: LocalFeatureStore = sampler.feature_store
+        self.graph_store: LocalGraphStore = sampler.graph_store
+        self.labels = find_labels(self.feature_store, self.graph_store)
+        self.epoch = 0
+        self._last_stats: dict[str, float] = {}
+        self._warming = feeding.prepare(sampler)
+        self._ahead: tuple[int, deque[Pending]] | None = None  # started by `prefetch`
+        self._window: deque[Pending] = deque()  # the current epoch's batches in flight
+        self._closed = weakref.finalize(self, feeding.close)
+
+    @property
+    def num_inputs(self) -> int:
+        return self.inputs.num_inputs
+
+    @property
+    def concurrency(self) -> int:
+        """Batches in flight (the feeding mode's)."""
+        return self.feeding.concurrency
+
+    def __len__(self) -> int:
+        return self.batching.num_batches(self.num_inputs)
+
+    def __iter__(self) -> Iterator[Any]:
+        epoch, batches = self.epoch, self._epoch_batches()
+        self.epoch += 1
+        return self._pipeline(batches, epoch)
+
+    def _epoch_batches(self) -> list[Tensor]:
+        """The input indices of each batch of epoch `self.epoch`, in order."""
+        return self.batching.indices(self.num_inputs, self.epoch)
+
+    def prefetch(self) -> None:
+        """Start sampling the next epoch's first batches now (as many as are kept in flight),
+        e.g. while the trainer sets up its tracking, so that epoch's first step finds a batch
+        instead of waiting for an empty pipeline. The next `iter()` takes them over; if the
+        epoch counter moved meanwhile (a resumed job), they are collected and dropped."""
+        if self._ahead is None:
+            window: deque[Pending] = deque()
+            self._fill(window, iter(enumerate(self._epoch_batches())), self.epoch)
+            self._ahead = (self.epoch, window)
+
+    def _fill(self, window: deque[Pending], todo: Iterator[tuple[int, Tensor]], epoch: int) -> None:
+        """Submit batches from `todo` until `window` holds as many as may be in flight."""
+        while self._warming:  # the samplers have built what the first batches need
+            self._warming.pop().wait()
+        limit = self.concurrency if self.async_sampling else 1
+        while len(window) < limit and (nxt := next(todo, None)) is not None:
+            window.append(self._request(nxt, epoch))
+
+    def _request(self, item: tuple[int, Tensor], epoch: int) -> Pending:
+        """Request batch `item` = (its position in `epoch`, its input indices), seeded by both."""
+        position, index = item
+        request = self.inputs.request(index, self.batching.batch_seed(epoch, position))
+        return self.feeding.submit(self.sampler, request)
+
+    def _prefetched(self, epoch: int | None) -> deque[Pending]:
+        """The batches `prefetch` started for `epoch`; started for another (any, with None),
+        they are collected and dropped."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[0] == epoch:
+            return ahead[1]
+        if ahead is not None:
+            _drain(ahead[1])
+        return deque()
+
+    def _pipeline(self, batches: list[Tensor], epoch: int) -> Iterator[Any]:
+        """Keep the window full; yield the batches in order."""
+        window = self._window = self._prefetched(epoch)
+        todo = iter(enumerate(batches))
+        for _ in range(len(window)):  # started by `prefetch`
+            next(todo)
+        self._fill(window, todo, epoch)
+        try:
+            while window:
+                out = self._finish(window.popleft().wait())
+                nxt = next(todo, None)
+                if nxt is not None and self.async_sampling:  # next batch samples meanwhile
+                    window.append(self._request(nxt, epoch))
+                yield out
+                if nxt is not None and not self.async_sampling:  # sampled when asked for
+                    window.append(self._request(nxt, epoch))
+        except GeneratorExit:  # left early (break): errors propagate at once, undrained
+            _drain(window)
+            raise
+
+    def _finish(self, out: Any) -> Any:
+        """Labels from the label file (a partition without `y`), `device`, `transform`."""
+        if self.labels is not None:
+            attach_labels(out, self.labels, self.inputs.input_type)
+        if self.device is not None:
+            out = out.to(self.device)
+        return self.transform(out) if self.transform else out
+
+    def in_flight(self) -> bool:
+        """Whether a batch of this loader is still being sampled."""
+        ahead = self._ahead
+        return bool(self._window) or bool(ahead and ahead[1])
+
+    def data_stats(self) -> dict[str, float]:
+        """Remote traffic of this loader's samplers since the last call (e.g. per epoch):
+        feature_rows / feature_bytes fetched by RPC, cache_hits (remote rows the halo cache
+        served), cache_hit_rate, cache_rows, hop_requests / hop_bytes. The counters of a sampler
+        process are shared by the loaders it serves (train and eval loaders of one trainer)."""
+        totals = self.feeding.stats(self.sampler)
+        last, self._last_stats = self._last_stats, totals
+        out = {k: v - last.get(k, 0) for k, v in totals.items() if k not in _LEVELS}
+        asked = out.get("feature_rows", 0) + out.get("cache_hits", 0)
+        out["cache_hit_rate"] = out.get("cache_hits", 0) / asked if asked else 0.0
+        out["cache_rows"] = totals.get("cache_rows", 0)
+        return out
+
+    def close(self) -> None:
+        """Release the feeding mode's threads and shared-memory files (idempotent)."""
+        self._prefetched(None)  # prefetched for an epoch that never ran
+        self._closed()
+
+
+def _drain(window: deque[Pending]) -> None:
+    """Collect batches still in flight when an epoch is left early (break), so their
+    shared-memory files are unlinked now rather than when the sampler exits."""
+    for pending in window:
+        try:
+            pending.wait()
+        except Exception as err:  # the epoch is over; a failed leftover batch changes nothing
+            log.debug("dropped an in-flight batch: %s", err)
+
+
+def find_labels(fs: LocalFeatureStore, gs: LocalGraphStore) -> Any:
+    """Whole-graph labels for batches of a partition without `y`: the stores' `labels` (PyG's
+    scripts set `feature.labels` / `graph.labels`), else the label file beside the partition
+    (`gs.labels`, read by `LocalGraphStore.from_partition`); None when there are none."""
+    labels = getattr(fs, "labels", None)
+    return labels if labels is not None else getattr(gs, "labels", None)
+
+
+def attach_labels(data: Any, labels: Any, input_type: str | None) -> None:
+    """`y` of every sampled node (global `n_id`) where the batch has none, from whole-graph
+    labels: a tensor (homogeneous, or the input node type's), or {node type: tensor}."""
+    if not isinstance(labels, dict):
+        labels = {input_type: labels}
+    for node_type, y in labels.items():
+        store = data if node_type is None else data[node_type]
+        if node_type is not None and node_type not in data.node_types:
+            continue
+        if "y" not in store and "n_id" in store:
+            store.y = y[store.n_id]

@@ -1,0 +1,114 @@
+"""The engine: a distributed loader made of records (sampler, inputs, batching, feeding).
+
+`BatchEngine` takes the sampler built once, the inputs, the `EpochBatching` rule and a feeding
+mode; PyG's `DistNeighborLoader` / `DistLinkNeighborLoader` only translate their keywords into
+those records, so both yield the same batches. In process, on one partition (no RPC).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import pytest
+import torch
+from torch_geometric.data import Data
+
+from app.config import SamplerConfig
+from app.distributed import DistLinkNeighborLoader, DistNeighborLoader
+from app.distributed.engine import BatchEngine
+from app.distributed.feeding import InTrainer, SamplerProcesses, feeding_for
+from app.distributed.inputs import LinkInputs, NodeInputs
+from app.distributed.sampler import DistNeighborSampler, SamplerOptions
+from app.distributed.server import load_stores
+from app.loader.epochs import EpochBatching
+from app.partition.writer import partition_graph
+
+N = 200
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    gen = torch.Generator().manual_seed(1)
+    data = Data(x=torch.randn(N, 3, generator=gen), num_nodes=N,
+                edge_index=torch.randint(0, N, (2, 6 * N), generator=gen))  # fmt: skip
+    root = tmp_path_factory.mktemp("engine") / "p"
+    partition_graph(data, root, 1, method="random")
+    return load_stores(str(root), 0)
+
+
+def _same(a, b) -> None:
+    assert len(a) == len(b) > 0
+    for x, y in zip(a, b, strict=True):
+        assert torch.equal(x.n_id, y.n_id) and torch.equal(x.edge_index, y.edge_index)
+
+
+def test_the_pyg_loader_is_the_engine_under_pyg_keywords(stores):
+    options = SamplerOptions([3, 2])
+    batching = EpochBatching(batch_size=16, shuffle=True, seed=3)
+    ids = torch.arange(0, N, 2)
+    engine = BatchEngine(DistNeighborSampler(stores, options=options), NodeInputs(ids), batching,
+                         InTrainer(concurrency=2, rpc_timeout=30.0))  # fmt: skip
+    pyg = DistNeighborLoader(stores, [3, 2], input_nodes=ids, batch_size=16, shuffle=True,
+                             seed=3, concurrency=2)  # fmt: skip
+    for _ in range(2):  # epochs differ, and agree
+        _same(list(engine), list(pyg))
+    assert engine.epoch == pyg.epoch == 2 and len(engine) == len(pyg) == 7
+    assert engine.data_stats()["feature_rows"] == 0  # one partition: nothing remote
+    engine.close()
+    pyg.close()
+
+
+def test_link_engine_draws_the_pyg_loaders_negatives(stores):
+    edges = torch.randint(0, N, (2, 40), generator=torch.Generator().manual_seed(2))
+    batching = EpochBatching(batch_size=8, seed=5)
+    inputs = LinkInputs(edges, None, N, N, mode="binary", ratio=1.0)
+    engine = BatchEngine(DistNeighborSampler(stores, options=SamplerOptions([2])), inputs,
+                         batching, InTrainer(1, 30.0))  # fmt: skip
+    pyg = DistLinkNeighborLoader(stores, [2], edge_label_index=edges, batch_size=8, seed=5,
+                                 neg_sampling="binary")  # fmt: skip
+    got, want = list(engine), list(pyg)
+    _same(got, want)
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a.edge_label_index, b.edge_label_index)
+        assert torch.equal(a.edge_label, b.edge_label) and a.edge_label.sum() == 8
+    engine.close()
+    pyg.close()
+
+
+def test_records_refuse_bad_values_in_one_line():
+    with pytest.raises(ValueError, match="concurrency=0: pass batches in flight >= 1"):
+        InTrainer(0, 30.0)
+    with pytest.raises(ValueError, match="workers=\\[\\]"):
+        SamplerProcesses([], 0, 1, 30.0)
+    with pytest.raises(ValueError, match="input_time has shape \\(2,\\) for 3 input nodes"):
+        NodeInputs(torch.arange(3), None, torch.zeros(2))
+    with pytest.raises(ValueError, match="neg_sampling_ratio=1.5: triplet mode needs an integer"):
+        LinkInputs(torch.zeros(2, 1, dtype=torch.long), None, 1, 1, mode="triplet", ratio=1.5)
+
+
+def test_without_sampler_processes_the_trainer_samples():
+    assert isinstance(feeding_for(None, 2, 1, 30.0), InTrainer)  # no context: no processes
+
+
+@pytest.mark.parametrize(
+    "cls", [BatchEngine, InTrainer, SamplerProcesses, NodeInputs, LinkInputs, EpochBatching]
+)
+def test_engine_constructors_take_at_most_eight_parameters(cls):
+    assert len(inspect.signature(cls).parameters) <= 8, cls
+
+
+def test_a_sampler_option_is_its_record_field_and_its_config_field():
+    """`from_config` copies every `SamplerOptions` field `SamplerConfig` has, by name, and the
+    PyG sampler passes every such field by keyword: a new option is declared in those two
+    records (and used by the sampler), nowhere else."""
+    shared = [
+        f
+        for f in dataclasses.fields(SamplerOptions)
+        if f.name in SamplerConfig.__dataclass_fields__
+    ]
+    assert {f.name for f in shared} >= {"replace", "disjoint", "feature_cache_size", "time_attr"}
+    cfg = SamplerConfig(num_neighbors=[2, 1])
+    changed = {"replace": True, "disjoint": True, "feature_cache_size": 7, "time_attr": "t"}
+    options = SamplerOptions.from_config(dataclasses.replace(cfg, **changed))
+    assert all(getattr(options, k) == v for k, v in changed.items())
