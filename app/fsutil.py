@@ -20,7 +20,7 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -107,7 +107,7 @@ def full_disk_named(path: Path) -> Iterator[None]:
         raise DiskFullError(path) from None
 
 
-def check_free_space(needs: list[tuple[Path, float, str]]) -> None:
+def check_free_space(needs: Sequence[tuple[Path, float, str]]) -> None:
     """Refuse (`NotEnoughSpaceError`, one line) when what is to be written does not fit:
     `needs` = (folder, bytes, what) per stage; stages on one file system add up."""
     by_device: dict[int, list[tuple[Path, float, str]]] = {}

@@ -14,6 +14,7 @@ anew and an unchanged one reuses its partition.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -102,7 +103,7 @@ def _check_edges(name: str, ei: object, n_src: int, n_dst: int) -> list[str]:
     return problems
 
 
-def _check_nodes(where: str, store: object, n: int, labelled: bool) -> list[str]:
+def _check_nodes(where: str, store: Any, n: int, labelled: bool) -> list[str]:
     """x, y and the masks of one node store (`where` prefixes the attribute names)."""
     problems = []
     x = getattr(store, "x", None)
@@ -131,7 +132,7 @@ def _check_nodes(where: str, store: object, n: int, labelled: bool) -> list[str]
     return problems
 
 
-def _check_split(where: str, store: object, num_classes: int | None) -> list[str]:
+def _check_split(where: str, store: Any, num_classes: int | None) -> list[str]:
     """Split sizes, overlaps and the label range of the labelled nodes."""
     masks = {m: getattr(store, m) for m in MASKS}
     problems = [f"{where}{m} selects no node" for m, v in masks.items() if not bool(v.any())]
@@ -195,7 +196,7 @@ def check_graph(data: Data | HeteroData) -> list[str]:
     return problems or _check_split("", data, declared)
 
 
-def _split(store: object, n: int, cfg: DatasetConfig, seed: int) -> None:
+def _split(store: Any, n: int, cfg: DatasetConfig, seed: int) -> None:
     """Masks drawn like the synthetic datasets' when the graph has none."""
     from app.dataset.synthetic import split_masks
 
@@ -204,7 +205,7 @@ def _split(store: object, n: int, cfg: DatasetConfig, seed: int) -> None:
         setattr(store, name, torch.from_numpy(mask))
 
 
-def _normalise(store: object) -> None:
+def _normalise(store: Any) -> None:
     """float32 features, int64 labels and edge ids: what every model and kernel expects."""
     if isinstance(getattr(store, "x", None), Tensor):
         store.x = store.x.float().contiguous()
