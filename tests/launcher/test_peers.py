@@ -59,7 +59,8 @@ def test_node_0_gone_is_named_by_the_others():
         _beating(w0, w1)
         w0.close()  # node 0's launcher, and the store it serves, go away
         line = _until(w1.lost, TIMEOUT_S + 8)
-        assert line.startswith("node 0 (127.0.0.1) unreachable from node 1: its launcher's store")
+        # the store's loss or the missed beats, whichever node 1 sees first: both name node 0
+        assert line.startswith("node 0 (127.0.0.1) unreachable from node 1: its launcher"), line
     finally:
         w0.close()
         w1.close()
