@@ -35,12 +35,18 @@ REAL_GRAPH = {"num_nodes": 20_000, "num_edges": 200_000, "num_features": 32}
 pytestmark = pytest.mark.dist
 
 
-@pytest.fixture(scope="module")
-def root(tmp_path_factory) -> Path:
-    """Both tiny graphs partitioned in two, as PyG's partition script does."""
+def _partition_script():
+    """tests/compat/partition_graph.py as a module (a script, not a package member)."""
     spec = importlib.util.spec_from_file_location("pyg_partition", HERE / "partition_graph.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    """Both tiny graphs partitioned in two, as PyG's partition script does."""
+    module = _partition_script()
     out = tmp_path_factory.mktemp("pyg")
     for dataset in ("homo", "hetero"):
         module.partition_dataset(dataset, str(out), 2)
@@ -153,9 +159,7 @@ def test_script_without_main_guard(root):
 @pytest.fixture(scope="module")
 def real_root(tmp_path_factory) -> Path:
     """A 20k-node, 32-feature graph in two parts (PyG's partition script, larger sizes)."""
-    spec = importlib.util.spec_from_file_location("pyg_partition", HERE / "partition_graph.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _partition_script()
     out = tmp_path_factory.mktemp("pyg_real")
     module.partition_dataset("homo", str(out), 2, **REAL_GRAPH)
     return out
