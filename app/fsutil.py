@@ -12,12 +12,15 @@ not fit.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import os
 import re
 import shutil
+import signal
 import socket
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -201,6 +204,14 @@ def torch_save_atomic(
         raise DiskFullError(path) from None
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def die_with_parent() -> None:
+    """Get SIGTERM when the parent process (the thread that started this one) dies (Linux
+    prctl; a launcher's children call it before exec, a fork server's samplers after fork)."""
+    if sys.platform.startswith("linux"):
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def pid_alive(pid: int) -> bool:

@@ -16,7 +16,6 @@ trainer: no sampler outlives its script.
 
 from __future__ import annotations
 
-import ctypes
 import importlib
 import os
 import pickle
@@ -29,10 +28,9 @@ import time
 from dataclasses import dataclass
 from typing import IO, Any
 
-from app.fsutil import pid_alive
+from app.fsutil import die_with_parent, pid_alive
 
 _HEADER = struct.Struct("!I")
-PR_SET_PDEATHSIG = 1
 EXIT_GRACE_S = 10.0  # samplers' time to leave RPC on their own once the server is told to end
 # The server's entry (not `-m`: runpy would run this module a second time, as `__main__`,
 # after the package's import of it).
@@ -145,17 +143,9 @@ class ForkServer:
 # -- the server ---------------------------------------------------------------------------------
 
 
-def _die_with_parent() -> None:
-    """This process gets SIGTERM when its parent (the server's main thread) ends."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):  # not Linux: the sampler's trainer ping ends it instead
-        pass
-
-
 def _child(requests: IO[bytes], replies: IO[bytes], target: str, args: tuple) -> None:
     """In the forked sampler: drop the server's pipes, then run `target` (which exits)."""
-    _die_with_parent()
+    die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)

@@ -24,7 +24,7 @@ import torch
 
 from app.config import Config, ConfigError, heartbeat_timeout_s, save_config
 from app.contract import CONFIG_FILE, PARENT_RUN_ENV, RESULT_FILE, RUN_ID_FILE
-from app.fsutil import file_lock, remove_orphaned_temps, write_text_atomic
+from app.fsutil import die_with_parent, file_lock, remove_orphaned_temps, write_text_atomic
 from app.jit.warm import ensure_warm
 from app.launch.interrupt import say_outcome, stop_line
 from app.launch.limits import check_host_memory
@@ -44,7 +44,7 @@ from app.launch.precheck import (
     verify_for_job,
 )
 from app.launch.pss import PssMonitor
-from app.launch.spawn import JobFailed, die_with_parent, run_procs
+from app.launch.spawn import JobFailed, run_procs
 from app.partition.spec import PartitionSpec
 from app.placement import gpus_shared, trainers_per_machine
 from app.tracking.mlflow import check_store

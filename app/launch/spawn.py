@@ -16,7 +16,6 @@ the launcher stop every child the same way and re-raise `KeyboardInterrupt`. Cle
 
 from __future__ import annotations
 
-import ctypes
 import io
 import os
 import queue
@@ -33,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from app.fsutil import die_with_parent
 from app.launch import heartbeat
 from app.launch.heartbeat import HeartbeatWatch
 from app.launch.interrupt import TERMINATED, check_terminated
@@ -124,13 +124,6 @@ class Child:
     reader: threading.Thread
     tail: deque[str]
     echo: threading.Event  # cleared when the job stops: children's shutdown noise stays in logs
-
-
-def die_with_parent() -> None:
-    """Get SIGTERM when the parent process dies (Linux prctl; children call it before exec)."""
-    if sys.platform.startswith("linux"):
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class _LogFile:
