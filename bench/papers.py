@@ -34,6 +34,7 @@ from pathlib import Path
 
 import psutil
 
+from app.testbed.net import DEFAULT_SUBNET
 from bench.common import record
 
 BENCH = "papers"
@@ -68,9 +69,10 @@ def run_phase(cmd: list[str], log: Path, env: dict | None = None) -> Phase:
     return Phase(time.perf_counter() - start, usage.ru_maxrss * 1024 / GIB)
 
 
-def overrides(out: Path, nodes: int, hosts: int, steps: int) -> list[str]:
+def overrides(out: Path, nodes: int, hosts: int, steps: int, dtype: str = "float32") -> list[str]:
     return [
         "+experiment=papers_homo", f"dataset.num_nodes={nodes}", f"cluster.num_nodes={hosts}",
+        f"dataset.feature_dtype={dtype}",
         f"output_dir={out}", f"dataset.root={out}/data", "train.epochs=1",
         f"train.max_steps_per_epoch={steps}", "train.checkpoint=false",
         f"mlflow.tracking_uri=sqlite:///{out}/mlflow.db",
@@ -90,6 +92,14 @@ def generate(out: Path, args: list[str]) -> Phase:
         "print(ensure_chunked(PartitionSpec.from_config(compose_config(sys.argv[1:]))))"
     )
     return run_phase([sys.executable, "-c", code, *args], out / "generate.log")
+
+
+@dataclass(frozen=True)
+class NetNames:
+    """The testbed's names (`<prefix>-h<i>`) and private subnet (`app.testbed.net.Testbed`)."""
+
+    prefix: str = "dgpapers"
+    subnet: str = DEFAULT_SUBNET
 
 
 class MachineMemory:
@@ -120,11 +130,13 @@ def run_job_local(out: Path, args: list[str]) -> Phase:
     return run_phase(app_cmd([*args, f"hydra.run.dir={out / 'job'}"]), out / "job.log")
 
 
-def run_job_testbed(out: Path, args: list[str], hosts: int, rate: str) -> Phase:
-    """One launcher per testbed host (cluster=env from SLURM's variables), as `bench.hosts`."""
+def run_job_testbed(out: Path, args: list[str], hosts: int, rate: str, net: NetNames) -> Phase:
+    """One launcher per testbed host (cluster=env from SLURM's variables), as `bench.hosts`,
+    on the testbed named `net.prefix` over `net.subnet` (another run's testbed may hold the
+    defaults); it is torn down whatever happens."""
     from app.testbed.net import Testbed
 
-    tb = Testbed(hosts=hosts, prefix="dgpapers")
+    tb = Testbed(hosts=hosts, prefix=net.prefix, subnet=net.subnet)
     job_args = [*args, "cluster=env", "cluster.allow_remote=true",
                 f"cluster.master_port={BASE_PORT}", f"hydra.run.dir={out / 'job'}"]  # fmt: skip
     start = time.perf_counter()
@@ -253,6 +265,18 @@ def write_section(path: Path, text: str) -> None:
     path.write_text(doc)
 
 
+def net_flags(net: NetNames) -> str:
+    """The command line's testbed options where they differ from the defaults."""
+    flags = [(f"--testbed-{k}", v) for k, v in vars(net).items() if v != getattr(NetNames, k)]
+    return "".join(f" {flag} {value}" for flag, value in flags)
+
+
+def record_phase(name: str, phase: Phase) -> None:
+    """A finished phase's figures, recorded at once (a later phase may fail or be stopped)."""
+    record(BENCH, f"{name}_s", phase.seconds, "s")
+    record(BENCH, f"{name}_peak_gib", phase.peak_rss_gib, "GiB")
+
+
 def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=11_100_000)
@@ -260,16 +284,33 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--steps", type=int, default=0, help="batches per epoch (0: all)")
     parser.add_argument("--rate", default="none", help="testbed link shaping (tbf), e.g. 10gbit")
     parser.add_argument("--local", action="store_true", help="cluster=local, no testbed")
+    parser.add_argument(
+        "--testbed-prefix",
+        default=NetNames.prefix,
+        help="testbed names <prefix>-h<i>: differ from any other testbed up",
+    )
+    parser.add_argument(
+        "--testbed-subnet",
+        default=NetNames.subnet,
+        help="testbed's private /24: differ from any other testbed up",
+    )
+    parser.add_argument("--feature-dtype", default="float16", choices=("float16", "float32"))
     parser.add_argument("--out", type=Path, default=REPO / "outputs" / "bench" / "papers")
     parser.add_argument("--docs", type=Path, default=DOCS)
     a = parser.parse_args(argv)
     out = a.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    args = overrides(out, a.nodes, a.hosts, a.steps)
+    args = overrides(out, a.nodes, a.hosts, a.steps, a.feature_dtype)
     gen = generate(out, args)
+    record_phase("generation", gen)
     part = run_phase(app_cmd(["task=partition", *args]), out / "partition.log")
+    record_phase("partition", part)
+    net = NetNames(a.testbed_prefix, a.testbed_subnet)
     with MachineMemory() as machine:
-        job = run_job_local(out, args) if a.local else run_job_testbed(out, args, a.hosts, a.rate)
+        if a.local:
+            job = run_job_local(out, args)
+        else:
+            job = run_job_testbed(out, args, a.hosts, a.rate, net)
     res = job_figures(out / "job", a.hosts)
     partition = next(p for p in (out / "partitions").iterdir() if (p / "META.json").is_file())
     parts = part_bytes(partition, a.hosts)
@@ -293,9 +334,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     where = "127.0.0.1 (cluster=local)" if a.local else f"{a.hosts} testbed hosts (rate {a.rate})"
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
                             capture_output=True, text=True).stdout.strip()  # fmt: skip
+    flags = " --local" if a.local else net_flags(net)
     how = (
         f"- Command: `python -m bench.papers --nodes {a.nodes} --hosts {a.hosts} --steps "
-        f"{a.steps}{' --local' if a.local else ''}`, on {where}.\n"
+        f"{a.steps} --feature-dtype {a.feature_dtype}{flags}`, on {where}.\n"
         f"- Machine: {os.cpu_count()} cores, {psutil.virtual_memory().total / GIB:.0f} GiB. "
         f"Date: {time.strftime('%Y-%m-%d')}. Commit: `{commit}`."
     )

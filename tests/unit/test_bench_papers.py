@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from bench.papers import BEGIN, END, FULL_NODES, markdown, projection, write_section
+from bench.papers import (
+    BEGIN,
+    END,
+    FULL_NODES,
+    NetNames,
+    markdown,
+    net_flags,
+    projection,
+    write_section,
+)
 
 MEASURED = {
     "generation_s": 240.0, "generation_peak_gib": 3.0, "partition_s": 900.0,
@@ -43,3 +52,10 @@ def test_section_replaced_between_markers(tmp_path):
     got = doc.read_text()
     assert got.startswith("# Benchmarks\n\nbefore\n") and got.count(BEGIN) == 1
     assert "250 s" in got and "240 s" not in got
+
+
+def test_testbed_flags_name_only_what_differs_from_the_defaults():
+    assert net_flags(NetNames()) == ""
+    other = NetNames(prefix="dgscale", subnet="10.214.0.0/24")
+    assert net_flags(other) == " --testbed-prefix dgscale --testbed-subnet 10.214.0.0/24"
+    assert net_flags(NetNames(prefix="dgscale")) == " --testbed-prefix dgscale"
