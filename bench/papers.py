@@ -330,7 +330,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     from app.config import compose_config
     from app.launch.limits import host_processes
 
-    fixed = host_processes(compose_config(args))[0] / GIB
+    job_cfg = compose_config(args if a.local else [*args, "cluster=env"])  # env: + a launcher
+    fixed = host_processes(job_cfg)[0] / GIB
     where = "127.0.0.1 (cluster=local)" if a.local else f"{a.hosts} testbed hosts (rate {a.rate})"
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
                             capture_output=True, text=True).stdout.strip()  # fmt: skip
