@@ -98,6 +98,15 @@ SAMPLER_FIXED_BYTES = 300 << 20
 LAUNCHER_FIXED_BYTES = 200 << 20
 EDGE_BYTES = 24  # a part's in-edges: row, col and edge id (int64 each)
 HALO_BYTES = 16  # per halo node: its id in the part and in the routing tables
+# A trainer's batches (measured on 1/10 papers, [15,10,5] x 1024, float16: 4 slots of shared
+# memory, 1.1 GB, beside 1.0-1.5 GB of anonymous memory above the fixed cost): a batch's sampled
+# nodes carry their features, ids and in-edges (SAMPLED_NODE_BYTES besides the features); a
+# sampler writes each into a slot of the trainer's ring (`sampler.concurrency` in flight, the
+# batch in hand and the previous one: RING_EXTRA); the trainer widens the features to float32
+# and the first layer gathers them again per edge (COMPUTE_COPIES float32 copies).
+SAMPLED_NODE_BYTES = 32
+RING_EXTRA = 2
+COMPUTE_COPIES = 2
 EVAL_TABLE_COPIES = 2  # layer-wise: a layer's input rows and its output rows, both held
 
 
@@ -112,10 +121,14 @@ class HostMemory:
     processes: int  # fixed cost of every process of the job on the host
     eval_tables: int  # layer-wise evaluation's tables of the host's nodes (0: sampled)
     num_processes: int = 0
+    batches: int = 0  # the trainers' sampled batches: shared-memory ring and float32 compute
 
     @property
     def total(self) -> int:
-        return self.partition + self.halo + self.cache + self.processes + self.eval_tables
+        return (
+            self.partition + self.halo + self.cache + self.processes + self.eval_tables
+            + self.batches
+        )  # fmt: skip
 
     def terms(self) -> dict[str, int]:
         return {
@@ -124,6 +137,7 @@ class HostMemory:
             "cache": self.cache,
             f"{self.num_processes} processes": self.processes,
             "evaluation tables": self.eval_tables,
+            "batches": self.batches,
         }
 
 
@@ -143,6 +157,33 @@ def host_processes(cfg: Config) -> tuple[int, int]:
     launcher = LAUNCHER_FIXED_BYTES if cfg.cluster.mode != "local" else 0
     fixed = trainers * TRAINER_FIXED_BYTES + samplers * SAMPLER_FIXED_BYTES + launcher
     return fixed, trainers + samplers
+
+
+def sampled_nodes(cfg: Config, seeds: int, num_nodes: int) -> int:
+    """Most nodes one batch of `seeds` can sample: seeds x (1 + f1 + f1*f2 + ...) for fan-outs
+    f1, f2, ... (-1: every neighbour, so the whole graph), at most the graph's `num_nodes`.
+    Per-edge-type fan-outs (a dict) take each hop's largest."""
+    fan = cfg.sampler.num_neighbors
+    hops = [max(f) for f in zip(*fan.values(), strict=True)] if isinstance(fan, dict) else fan
+    total = width = 1
+    for f in hops or []:
+        if f < 0:
+            return num_nodes
+        width *= f
+        total += width
+    return min(seeds * total, num_nodes)
+
+
+def batch_bytes(cfg: Config, num_nodes: int, num_features: int) -> int:
+    """One host's trainers' batches at the largest batch size (evaluation's is often larger):
+    with sampler processes, the ring of shared-memory slots each trainer maps; always, the
+    trainer's float32 copies while computing (see SAMPLED_NODE_BYTES)."""
+    seeds = max(cfg.loader.batch_size, cfg.loader.eval_batch_size)
+    nodes = sampled_nodes(cfg, seeds, num_nodes)
+    slot = nodes * (num_features * feature_bytes(cfg) + SAMPLED_NODE_BYTES)
+    ring = (cfg.sampler.concurrency + RING_EXTRA) * slot if cfg.loader.num_workers > 0 else 0
+    compute = COMPUTE_COPIES * nodes * num_features * 4
+    return cfg.cluster.procs_per_node * (ring + compute)
 
 
 def _eval_table_bytes(cfg: Config, nodes: int, num_features: int) -> int:
@@ -168,7 +209,8 @@ def estimate_hosts(cfg: Config, root: Path | None = None) -> list[HostMemory]:
     part = nodes * (d.num_features * feature_bytes(cfg) + 16) + edges * EDGE_BYTES
     part += 8 * (d.num_nodes + 1)  # the node map, the part's in-edge pointers over all nodes
     halo = min(d.num_nodes - nodes, edges)  # every in-edge could come from another part
-    return [_host(cfg, p, part, halo, nodes, d.num_features) for p in range(parts)]
+    batches = batch_bytes(cfg, d.num_nodes, d.num_features)
+    return [_host(cfg, p, part, halo, nodes, d.num_features, batches) for p in range(parts)]
 
 
 def _measured_hosts(cfg: Config, root: Path) -> list[HostMemory]:
@@ -182,11 +224,14 @@ def _measured_hosts(cfg: Config, root: Path) -> list[HostMemory]:
         files = sum(f.stat().st_size for f in (root / f"part_{p}").glob("*.pt"))
         s = stats.get(p, {})
         nodes, halo = int(s.get("nodes", 0)), int(s.get("halo", 0))
-        hosts.append(_host(cfg, p, files + shared, halo, nodes, cfg.dataset.num_features))
+        batches = batch_bytes(cfg, int(meta["num_nodes"]), cfg.dataset.num_features)
+        hosts.append(_host(cfg, p, files + shared, halo, nodes, cfg.dataset.num_features, batches))
     return hosts
 
 
-def _host(cfg: Config, p: int, part: int, halo: int, nodes: int, features: int) -> HostMemory:
+def _host(
+    cfg: Config, p: int, part: int, halo: int, nodes: int, features: int, batches: int
+) -> HostMemory:
     fixed, count = host_processes(cfg)
     cache_rows = min(cfg.sampler.feature_cache_size, halo)
     return HostMemory(
@@ -197,6 +242,7 @@ def _host(cfg: Config, p: int, part: int, halo: int, nodes: int, features: int) 
         processes=fixed,
         eval_tables=_eval_table_bytes(cfg, nodes, features),
         num_processes=count,
+        batches=batches,
     )
 
 
@@ -213,6 +259,12 @@ def fix_for(term: str, cfg: Config) -> str:
         return "train.eval_mode=sampled (sampled evaluation of the val/test nodes)"
     if term == "halo":
         return more_hosts
+    if term == "batches":
+        return (
+            f"smaller batches (loader.batch_size={cfg.loader.batch_size}, "
+            f"loader.eval_batch_size={cfg.loader.eval_batch_size}) or fewer "
+            f"sampler.num_neighbors ({cfg.sampler.num_neighbors})"
+        )
     return (
         f"fewer processes per host (loader.num_workers={cfg.loader.num_workers}, "
         f"cluster.procs_per_node={cfg.cluster.procs_per_node})"

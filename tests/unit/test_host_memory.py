@@ -8,7 +8,7 @@ import pytest
 
 from app.config import ConfigError
 from app.dataset import load_dataset
-from app.launch.limits import check_host_memory, estimate_hosts
+from app.launch.limits import check_host_memory, estimate_hosts, sampled_nodes
 from app.launch.pss import PssMonitor, process_pss
 from app.partition.writer import partition_graph
 
@@ -53,13 +53,22 @@ def test_env_mode_checks_one_host(compose):
     "overrides,fix",
     [
         (
-            ["dataset.num_features=4096", "sampler.feature_cache_size=1000000"],
+            [
+                "dataset.num_features=4096",
+                "sampler.feature_cache_size=1000000",
+                "sampler.num_neighbors=[2,1,1]",
+            ],
             "the biggest term is cache: use a smaller sampler.feature_cache_size (now 1000000)",
         ),
         (
             ["train.eval_mode=layerwise", "model.hidden_channels=16384"],
             "the biggest term is evaluation tables: use train.eval_mode=sampled (sampled evaluation "
             "of the val/test nodes)",
+        ),
+        (
+            ["dataset.num_features=1024"],
+            "the biggest term is batches: use smaller batches (loader.batch_size=1024, "
+            "loader.eval_batch_size=1024) or fewer sampler.num_neighbors ([15, 10, 5])",
         ),
         (
             ["dataset.num_nodes=20000", "loader.num_workers=8"],
@@ -74,6 +83,24 @@ def test_the_biggest_term_names_its_fix(compose, overrides, fix):
         *overrides,
     )  # fmt: skip
     assert refusal(cfg, 0.5).endswith(fix)
+
+
+def test_batches_term_is_the_ring_and_the_float32_copies_of_the_largest_batch(compose):
+    """The term the 1/10 papers run measured missing (a trainer OOM-killed at the start of
+    evaluation, whose batches were 4x the training ones): sampled nodes of the largest batch,
+    in `sampler.concurrency` + 2 shared-memory slots, and 2 float32 copies on the trainer."""
+    cfg = compose("+experiment=papers_homo", "dataset.feature_dtype=float16")
+    nodes = 1024 * (1 + 15 + 15 * 10 + 15 * 10 * 5)
+    assert sampled_nodes(cfg, 1024, 11_100_000) == nodes
+    assert sampled_nodes(cfg, 1024, 500_000) == 500_000  # at most the graph
+    h = estimate_hosts(cfg)[0]
+    assert h.batches == 4 * nodes * (128 * 2 + 32) + 2 * nodes * 128 * 4
+    wide = estimate_hosts(compose("+experiment=papers_homo", "loader.eval_batch_size=4096"))[0]
+    assert wide.batches > 3 * estimate_hosts(compose("+experiment=papers_homo"))[0].batches
+    every = compose("+experiment=papers_homo", "sampler.num_neighbors=[10,-1,5]")
+    assert sampled_nodes(every, 1024, 11_100_000) == 11_100_000
+    inline = compose("+experiment=papers_homo", "loader.num_workers=0")  # no sampler: no ring
+    assert estimate_hosts(inline)[0].batches == 2 * nodes * 128 * 4
 
 
 def test_measured_from_a_written_partition(compose, tmp_path):
