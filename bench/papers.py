@@ -34,6 +34,8 @@ from pathlib import Path
 
 import psutil
 
+from app.config import Config, compose_config
+from app.launch.limits import HostMemory, available_bytes, estimate_hosts
 from app.testbed.net import DEFAULT_SUBNET
 from bench.common import record
 
@@ -227,7 +229,8 @@ def markdown(measured: dict[str, float], rows: list[dict[str, float]], how: str)
         "| ≤ 1200 s |",
         f"| 1 epoch + evaluation | {m['epoch_time_s'] + m['eval_time_s']:.0f} s (epoch "
         f"{m['epoch_time_s']:.0f} s, evaluation {m['eval_time_s']:.0f} s) | per host "
-        f"{m['peak_pss_gib']:.2f} GiB PSS (part {m['part_gib']:.2f} GiB on disk) | ≤ 600 s; "
+        f"{m['peak_pss_gib']:.2f} GiB PSS (estimate {m['estimate_gib']:.2f} GiB; part "
+        f"{m['part_gib']:.2f} GiB on disk) | ≤ 600 s; "
         "PSS ≤ 1.3 × part + 0.8 GiB |",
         f"| machine | | {m['machine_peak_gib']:.1f} GiB used | ≤ 20 GiB |",
         "",
@@ -263,6 +266,23 @@ def write_section(path: Path, text: str) -> None:
     else:
         doc = doc.rstrip("\n") + "\n\n" + text
     path.write_text(doc)
+
+
+def check_fits(cfg: Config, partition: Path) -> list[HostMemory]:
+    """The hosts' estimates (`app.launch.limits`, from the written parts); refused in one line
+    when their sum exceeds what this machine has available: every testbed host runs here,
+    while each launcher checks only its own host, as on separate machines."""
+    hosts = estimate_hosts(cfg, partition)
+    need, have = sum(h.total for h in hosts), available_bytes()
+    if need > have:
+        worst = max(hosts, key=lambda h: h.total)
+        terms = ", ".join(f"{k} {v / GIB:.1f}" for k, v in worst.terms().items() if v)
+        raise SystemExit(
+            f"bench.papers: {len(hosts)} hosts need about {need / GIB:.1f} GiB together but "
+            f"{have / GIB:.1f} GiB is available (a host, GiB: {terms}); use a smaller --nodes "
+            "or fewer --hosts"
+        )
+    return hosts
 
 
 def net_flags(net: NetNames) -> str:
@@ -306,13 +326,15 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     part = run_phase(app_cmd(["task=partition", *args]), out / "partition.log")
     record_phase("partition", part)
     net = NetNames(a.testbed_prefix, a.testbed_subnet)
+    partition = next(p for p in (out / "partitions").iterdir() if (p / "META.json").is_file())
+    job_cfg = compose_config(args if a.local else [*args, "cluster=env"])  # env: + a launcher
+    hosts = check_fits(job_cfg, partition)
     with MachineMemory() as machine:
         if a.local:
             job = run_job_local(out, args)
         else:
             job = run_job_testbed(out, args, a.hosts, a.rate, net)
     res = job_figures(out / "job", a.hosts)
-    partition = next(p for p in (out / "partitions").iterdir() if (p / "META.json").is_file())
     parts = part_bytes(partition, a.hosts)
     wire = [res.get(f"wire_sent_bytes_per_batch_h{i}", 0.0) for i in range(a.hosts)]
     measured = {
@@ -321,17 +343,14 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         "epoch_time_s": res["epoch_time_s"], "eval_time_s": res.get("eval_time_s", 0.0),
         "data_wait_frac": res["data_wait_frac"], "test_acc": res["test_acc"],
         "peak_pss_gib": res["peak_pss_gib"], "part_gib": max(parts) / GIB,
+        "estimate_gib": max(h.total for h in hosts) / GIB,
         "bytes_per_batch": max(wire) or res["remote_feature_bytes_per_batch"]
         + res["hop_bytes_per_batch"],
         "machine_peak_gib": machine.peak / GIB, "job_s": job.seconds,
     }  # fmt: skip
     for key, value in measured.items():
         record(BENCH, key, value, "s" if key.endswith("_s") else "")
-    from app.config import compose_config
-    from app.launch.limits import host_processes
-
-    job_cfg = compose_config(args if a.local else [*args, "cluster=env"])  # env: + a launcher
-    fixed = host_processes(job_cfg)[0] / GIB
+    fixed = (hosts[0].processes + hosts[0].batches) / GIB  # what does not grow with the graph
     where = "127.0.0.1 (cluster=local)" if a.local else f"{a.hosts} testbed hosts (rate {a.rate})"
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
                             capture_output=True, text=True).stdout.strip()  # fmt: skip

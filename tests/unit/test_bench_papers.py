@@ -19,6 +19,7 @@ MEASURED = {
     "generation_s": 240.0, "generation_peak_gib": 3.0, "partition_s": 900.0,
     "partition_peak_gib": 7.5, "epoch_time_s": 300.0, "eval_time_s": 60.0,
     "data_wait_frac": 0.2, "test_acc": 0.5, "peak_pss_gib": 4.0, "part_gib": 3.0,
+    "estimate_gib": 4.5,
     "bytes_per_batch": 30e6, "machine_peak_gib": 18.0, "job_s": 420.0,
 }  # fmt: skip
 
