@@ -212,12 +212,18 @@ def projection(
     return rows
 
 
-def markdown(measured: dict[str, float], rows: list[dict[str, float]], how: str) -> str:
+def markdown(
+    measured: dict[str, float],
+    rows: list[dict[str, float]],
+    how: str,
+    nodes: int = FULL_NODES // 10,
+) -> str:
     """The section written to docs/benchmarks.md."""
     m = measured
     lines = [
         BEGIN,
-        "## papers100M's shape at 1/10 on testbed hosts (`make bench-papers`)",
+        f"## papers100M's shape at 1/{round(FULL_NODES / nodes)} on testbed hosts "
+        "(`make bench-papers`)",
         "",
         how,
         "",
@@ -361,7 +367,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         f"- Machine: {os.cpu_count()} cores, {psutil.virtual_memory().total / GIB:.0f} GiB. "
         f"Date: {time.strftime('%Y-%m-%d')}. Commit: `{commit}`."
     )
-    write_section(a.docs, markdown(measured, projection(measured, a.nodes, a.hosts, fixed), how))
+    rows = projection(measured, a.nodes, a.hosts, fixed)
+    write_section(a.docs, markdown(measured, rows, how, a.nodes))
     return measured
 
 

@@ -28,4 +28,8 @@ def test_bench_papers_tiny_local(tmp_path, monkeypatch):
     names = {r["metric"] for r in json.loads((tmp_path / "results.json").read_text())}
     assert {"generation_s", "partition_s", "peak_pss_gib", "epoch_time_s"} <= names
     text = docs.read_text()
-    assert BEGIN in text and "--nodes 20000 --hosts 2 --steps 0 --local" in text
+    assert (
+        BEGIN in text
+        and "--nodes 20000 --hosts 2 --steps 0 --feature-dtype float16 --local" in text
+    )
+    assert 0.5 < measured["estimate_gib"] < 4  # the pre-spawn estimate, beside the measured PSS

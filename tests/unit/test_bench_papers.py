@@ -45,6 +45,10 @@ def test_section_replaced_between_markers(tmp_path):
     text = markdown(MEASURED, rows, "- Command: `python -m bench.papers`")
     assert text.startswith(BEGIN) and text.rstrip().endswith(END)
     assert "| generation | 240 s | 3.00 GiB RSS | ≤ 300 s |" in text
+    assert "## papers100M's shape at 1/10 on testbed hosts" in text
+    assert "(estimate 4.50 GiB; part 3.00 GiB on disk)" in text
+    hundredth = markdown(MEASURED, rows, "", nodes=FULL_NODES // 100)
+    assert "## papers100M's shape at 1/100 on testbed hosts" in hundredth
     assert "| 8 | 16.0 GiB | 15.0 GiB |" in text
     doc = tmp_path / "benchmarks.md"
     doc.write_text("# Benchmarks\n\nbefore\n")
