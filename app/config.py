@@ -45,6 +45,7 @@ EVAL_MODES = ("layerwise", "sampled")
 SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
 TEMPORAL_STRATEGIES = ("uniform", "last")
 FEATURE_DTYPES = ("float32", "float16")
+WIRE_DTYPES = ("store", "float16", "bfloat16")
 CLUSTER_MODES = ("local", "env", "ssh")
 TASKS = ("train", "partition", "eval")
 SCHEDULERS = ("none", "cosine", "step", "plateau")
@@ -128,6 +129,10 @@ class SamplerConfig:
     # 100k rows covers the whole halo of a 2-way split of a ~200k-node graph and ~1/4 of an
     # ogbn-products half (about 40 MB at 100 float32 features).
     feature_cache_size: int = 100_000
+    # Remote node features on the wire: store (as stored: float16 stores send float16, never
+    # narrower than stored) or an explicit opt-in to round wider (float32) rows to float16 /
+    # bfloat16 in transit; the trainer widens them back to the store's dtype.
+    feature_wire_dtype: str = "store"
 
 
 @dataclass
@@ -570,6 +575,15 @@ def validate(cfg: Config) -> Config:
     _choice("sampler.device", cfg.sampler.device, TRAIN_DEVICES)
     _choice("train.eval_mode", cfg.train.eval_mode, EVAL_MODES)
     _choice("dataset.feature_dtype", cfg.dataset.feature_dtype, FEATURE_DTYPES)
+    _choice("sampler.feature_wire_dtype", cfg.sampler.feature_wire_dtype, WIRE_DTYPES)
+    _require(
+        not (
+            cfg.dataset.feature_dtype == "float16" and cfg.sampler.feature_wire_dtype == "bfloat16"
+        ),
+        "sampler.feature_wire_dtype",
+        cfg.sampler.feature_wire_dtype,
+        "would round the float16 store's features again: use store (they travel as float16)",
+    )
     _check_switches(cfg)
     _check_fanouts(cfg)
     _check_device(cfg)

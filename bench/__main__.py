@@ -26,6 +26,7 @@ BENCHES = [
     "layerwise_kernel",  # layer-wise mean aggregation with vs without software prefetch
     "fresh_memory",  # what touching fresh vs just-freed memory costs on this machine
     "verify",  # content verification of a loaded part (xxh3 + NaN check), 200k nodes
+    "wire_bytes",  # bytes per batch on the wire of a 2-node job: as stored, 16-bit in transit
     "hosts",  # the e2e job across 2 and 3 testbed hosts, unshaped and shaped (root + netns)
     "cold_start",  # first batch / first epoch: fresh vs installed kernel cache, vs PyG
 ]

@@ -27,7 +27,7 @@ from torch import Tensor
 from torch_geometric.data import FeatureStore, TensorAttr
 from torch_geometric.data.feature_store import _FieldStatus
 
-from app.distributed import rpc
+from app.distributed import rpc, wire
 from app.distributed.graph_store import load_edge_map, owner_of
 from app.distributed.halo_cache import HaloCache, load_or_fill
 from app.distributed.routing import Positions, merge_rows, route, split_by_owner, take
@@ -100,7 +100,7 @@ class LocalFeatureStore(FeatureStore):
         self.rpc_call_id: int | None = None  # PyG's; features are served by endpoint name here
         self.router: rpc.RPCRouter | None = None
         self.remote_rows = 0  # rows fetched by RPC so far (statistics)
-        self.remote_bytes = 0
+        self.remote_bytes = 0  # bytes of those fetches: ids sent, rows received
         self.cache_hits = 0  # remote rows served by the halo cache instead
         self.root: Path | None = None  # partition folder (where the halo cache file goes)
         self.cache: HaloCache | None = None
@@ -268,6 +268,11 @@ class LocalFeatureStore(FeatureStore):
     # -- local rows ---------------------------------------------------------------------------
 
     @property
+    def id_wire(self) -> wire.IdWire:
+        """Widths of the ids this store sends to owners (from the partition's id spaces)."""
+        return wire.IdWire.of(self.meta)
+
+    @property
     def is_hetero(self) -> bool:
         return bool(self.meta.get("is_hetero"))
 
@@ -386,7 +391,8 @@ class LocalFeatureStore(FeatureStore):
                 self._row_map(group)
 
     def counters(self) -> dict[str, float]:
-        """Remote feature traffic so far: rows/bytes fetched by RPC, rows served by the cache."""
+        """Remote feature traffic so far: rows fetched by RPC and their bytes (ids sent, rows
+        received), rows served by the cache."""
         asked = self.remote_rows + self.cache_hits
         return {
             "feature_rows": self.remote_rows,
@@ -405,12 +411,13 @@ class LocalFeatureStore(FeatureStore):
         attrs: Sequence[str] | None = None,
         cache: bool = True,
         alloc: Alloc | None = None,
+        wire_dtype: str = "store",
     ) -> dict[str, Tensor]:
         """`attrs` (default: all) of any global `ids`, local and remote, in request order.
 
         Remote rows come from the halo cache when it holds them (`cache`), else from their
-        owners by RPC. `alloc(name, shape, dtype)` provides the output arrays (e.g. shared
-        memory).
+        owners by RPC, in `wire_dtype` (`wire.narrow_rows`; outputs keep the store's dtype).
+        `alloc(name, shape, dtype)` provides the output arrays (e.g. shared memory).
         """
         attrs = list(self.attr_names(group) if attrs is None else attrs)
         by_id = [a for a in attrs if (group, a) in self._by_id]
@@ -435,6 +442,7 @@ class LocalFeatureStore(FeatureStore):
                 owner[remote[hit]] = self.num_partitions
                 split = split_by_owner(owner)
                 self.cache_hits += hits.size
+        edge = isinstance(group, tuple)
         here = {self.partition_idx, self.num_partitions}  # answered in this process
         if self.router is None and set(split) - here:
             raise RuntimeError(
@@ -446,8 +454,11 @@ class LocalFeatureStore(FeatureStore):
             out[a] = (alloc or _empty)(a, (ids_np.size, *feat.shape[1:]), feat.dtype)
 
         def call(p: int, where: Positions) -> rpc.PendingCall:
-            wire = (group, torch.from_numpy(take(ids_np, where)), attrs)
-            return rpc.call_partition(self.router, p, "features", wire)
+            asked = take(ids_np, where)
+            sent = self.id_wire.edges_out(asked) if edge else self.id_wire.nodes_out(asked)
+            self.remote_bytes += wire.nbytes([sent])
+            args = (group, sent, attrs, wire_dtype)
+            return rpc.call_partition(self.router, p, "features", args)
 
         def run(p: int, where: Positions) -> None:
             mine = p == self.partition_idx
@@ -461,9 +472,9 @@ class LocalFeatureStore(FeatureStore):
             if p in here:
                 continue
             self.remote_rows += ids_np.size if split[p] is None else split[p].size
-            self.remote_bytes += sum(t.numel() * t.element_size() for t in got.values())
+            self.remote_bytes += wire.nbytes(list(got.values()))
             for a in attrs:
-                merge_rows(split, {p: got[a].numpy()}, out[a])
+                merge_rows(split, {p: wire.rows_numpy(got[a])}, out[a])
         return {a: torch.from_numpy(v) for a, v in out.items()}
 
     def lookup_features(

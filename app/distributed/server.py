@@ -20,10 +20,9 @@ import threading
 import time
 from typing import Any
 
-import torch
 from torch import Tensor
 
-from app.distributed import endpoints, tensor
+from app.distributed import endpoints, tensor, wire
 from app.distributed.endpoints import endpoint
 from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.graph_store import LocalGraphStore
@@ -39,25 +38,30 @@ register = endpoints.register  # this process serves its stores (before joining 
 
 @endpoint("hop")
 def remote_hop(
-    jobs: list, replace: bool, strategy: str = "uniform", edge_level: bool = False
-) -> list:
-    """One hop of every job [(edge type, frontier, fan-out, seed, seed times or None)] on this
-    partition; with seed times, no neighbour (`edge_level`: edge) later than its entry's time
-    (temporal sampling)."""
+    request: wire.HopRequest, replace: bool, strategy: str = "uniform", edge_level: bool = False
+) -> wire.HopReply:
+    """One hop of every job of a packed request (`wire.IdWire.pack_request`: edge type, fan-out,
+    seed per job; the frontiers, and seed times or None) on this partition, packed the same way;
+    with seed times, no neighbour (`edge_level`: edge) later than its entry's time (temporal
+    sampling)."""
     endpoints.await_registered()
-    jobs = [(et, f.numpy(), k, sd, None if t is None else t.numpy()) for et, f, k, sd, t in jobs]
-    hops = local_hop(endpoints.stores()[1], jobs, replace, strategy, edge_level)
-    return [tuple(torch.from_numpy(a) for a in r) for r in hops]
+    gs = endpoints.stores()[1]
+    hops = local_hop(gs, wire.unpack_request(request), replace, strategy, edge_level)
+    return wire.IdWire.of(gs.meta).pack_reply(hops)
 
 
 @endpoint("features")
-def remote_features(group: Any, ids: Tensor, attrs: list[str]) -> dict[str, Tensor]:
-    """Rows of `attrs` for owned global `ids`, in request order."""
+def remote_features(
+    group: Any, ids: Tensor, attrs: list[str], wire_dtype: str = "store"
+) -> dict[str, Tensor]:
+    """Rows of `attrs` for owned global `ids`, in request order, as `wire_dtype` sends them
+    (`wire.narrow_rows`: as stored unless the trainer opted in to 16-bit transit)."""
     endpoints.await_registered()
     fs = endpoints.feature_store()
     if fs is None:
         raise RuntimeError("this process serves no features (no feature store registered)")
-    return fs.local_get(ids, group, attrs)
+    rows = fs.local_get(ids, group, attrs)
+    return {a: wire.narrow_rows(t, wire_dtype) for a, t in rows.items()}
 
 
 @endpoint("sample_batch")

@@ -5,7 +5,8 @@ Each test partitions a small graph (METIS for homogeneous graphs), starts one tr
 the unpartitioned graph: with the same seed the distributed sample equals the single-machine
 kernel's sample id for id (full and finite fan-out, disjoint too), every edge exists, fan-outs
 hold, features and labels are the originals; link batches hold real positives and the
-configured negatives; hetero full fan-out equals a BFS per node and edge type.
+configured negatives; hetero full fan-out equals a BFS per node and edge type; the halo cache of
+the hottest remote nodes holds the rows a remote fetch returns.
 """
 
 from __future__ import annotations
@@ -31,3 +32,9 @@ def test_hetero_equals_bfs(tmp_path):
     graph = hetero_graph()
     write_hetero(tmp_path / "part", graph, 2)
     run_checks(tmp_path, graph, 2, 0, "check_hetero")
+
+
+@pytest.mark.long  # its own 2-process job
+def test_hot_node_cache_returns_the_rows_a_remote_fetch_does(tmp_path, homo_graph):
+    write_homo(tmp_path / "part", homo_graph["edge_index"], homo_graph["x"], homo_graph["y"], 2)
+    run_checks(tmp_path, homo_graph, 2, 0, "check_cache", cache=40)

@@ -384,7 +384,45 @@ def check_fault(rt, spec: dict) -> int:
         shutdown(ctx, 10.0, failed)
 
 
-CHECKS = {"check_homo": check_homo, "check_hetero": check_hetero, "check_fault": check_fault}
+def check_cache(rt, spec: dict) -> int:
+    """The halo cache of the hottest remote nodes holds exactly the rows a remote fetch of the
+    same ids returns (and the originals), ids as int32 and float16 in transit alike."""
+    import torch
+
+    from app.distributed import DistContext, DistNeighborLoader, shutdown
+
+    g = torch.load(spec["graph"])
+    ctx = DistContext.from_runtime(rt)
+    failed = True
+    try:
+        loader = DistNeighborLoader(spec["root"], [2, 2], **_loader_kwargs(rt, spec, ctx))
+        sampler = loader.dist_sampler
+        sampler.prepare(1)  # fills the cache (one batched fetch from the owners)
+        fs = sampler.feature_store
+        ids = torch.from_numpy(fs.cache.ids[None])
+        assert 0 < ids.numel() <= spec["cache"], ids.numel()
+        assert (fs.owner(ids.numpy()) != fs.partition_idx).all(), "cached an owned node"
+        assert fs.id_wire.node_dtype == torch.int32  # a small graph: int32 ids on the wire
+        fetched = fs.fetch(ids, None, ["x", "y"], cache=False)
+        for attr in ("x", "y"):
+            cached = torch.from_numpy(fs.cache.rows(None, attr))
+            assert torch.equal(cached, fetched[attr]) and torch.equal(cached, g[attr][ids]), attr
+        narrow = fs.fetch(ids, None, ["x"], cache=False, wire_dtype="float16")["x"]
+        assert narrow.dtype == torch.float32  # widened back to the store's dtype
+        assert torch.equal(narrow, g["x"][ids].half().float())
+        failed = False
+    finally:
+        shutdown(ctx, 60.0, failed)
+    print("CHECKS OK cache", flush=True)
+    return 0
+
+
+CHECKS = {
+    "check_homo": check_homo,
+    "check_hetero": check_hetero,
+    "check_fault": check_fault,
+    "check_cache": check_cache,
+}
 
 
 if __name__ == "__main__":

@@ -74,11 +74,16 @@ def test_groups_switch(compose):
         ("cluster.mode=ssh", "cluster.ip_config"),
         ("partition.order=bfs", "partition.order='bfs'.*original, locality"),
         ("partition.order=locality", "partition.order='locality'.*partition.relabel=true"),
+        ("sampler.feature_wire_dtype=int8", "feature_wire_dtype='int8'.*store, float16"),
+        (
+            "sampler.feature_wire_dtype=bfloat16 dataset.feature_dtype=float16",
+            "feature_wire_dtype='bfloat16': would round the float16 store's features again",
+        ),
     ],
 )
 def test_cross_field_errors(compose, override, match):
     with pytest.raises(ConfigError, match=match):
-        compose(override)
+        compose(*override.split(" "))
 
 
 def test_dict_fanouts_checked_per_edge_type(compose):

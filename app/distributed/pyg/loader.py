@@ -86,6 +86,7 @@ class DistLoader(BatchEngine):
         transform: Callable | None = None,
         attrs: list[str] | None = None,
         feature_cache_size: int = SamplerConfig.feature_cache_size,
+        feature_wire_dtype: str = SamplerConfig.feature_wire_dtype,
         async_sampling: bool = True,
         device: Any = None,
         filter_per_worker: bool | None = False,
@@ -120,6 +121,7 @@ class DistLoader(BatchEngine):
             router=router,
             attrs=attrs,
             feature_cache_size=feature_cache_size,
+            feature_wire_dtype=feature_wire_dtype,
         )
         inputs = self._inputs(sampler)  # refused before any process starts
         self.dist_sampler = sampler  # PyG's name of the sampler
