@@ -137,6 +137,7 @@ def test_link_prediction(root, dataset, workers):
         assert f"[node {rank}] epoch 0: loss" in out
 
 
+@pytest.mark.long  # make test: sampler processes start and exit clean on the real graph (below)
 def test_done_when_four_workers(root):
     """The issue's "Done when" (and the homogeneous node case): PyG's example default of 4
     sampler processes per trainer, started and stopped by the loaders themselves."""
@@ -219,7 +220,13 @@ def _end_all(*procs: subprocess.Popen) -> None:
         proc.wait()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+# SIGTERM in make test (the rank must end the samplers it started); Ctrl-C, which reaches every
+# process of the group, in make test-long
+@pytest.mark.parametrize(
+    "sig",
+    [pytest.param(signal.SIGINT, marks=pytest.mark.long), signal.SIGTERM],
+    ids=["ctrl-c", "sigterm"],
+)
 def test_a_signal_during_start_up_ends_the_rank_and_its_samplers(real_root, sig):
     """Rank 0's samplers wait in the RPC start-up for a peer that never comes. Ctrl-C (to the
     rank's process group, as a terminal sends it) or SIGTERM ends the rank, and every process

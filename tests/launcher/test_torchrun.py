@@ -29,7 +29,11 @@ JOB = (
     "+experiment=smoke",
     "cluster.num_nodes=2",
     "mlflow.enabled=false",
-    "train.epochs=3",
+    # epochs left after the kill: it follows epoch 1's mid-epoch checkpoint, but on a loaded
+    # host the job runs on while the test polls (epoch 2 seen at load 28). With 3 epochs it
+    # landed in the last one, or after node 0 had finished, whose agent then waits at its exit
+    # barrier instead of a new round and closes the rendezvous (RendezvousClosedError)
+    "train.epochs=6",
     "loader.batch_size=32",
     "train.checkpoint_every_steps=1",
     "train.resume=auto",
@@ -75,22 +79,31 @@ def _trainer(job: Path, node: str) -> psutil.Process | None:
     return None
 
 
-def _wait_mid_epoch_checkpoint(path: Path, epoch: int, agents, logs: list[Path]) -> None:
-    """Until `path` holds a mid-epoch checkpoint of `epoch`, while both agents' jobs progress."""
-    what = f"no mid-epoch checkpoint of epoch {epoch} in {path}"
+def _tails(logs: list[Path]) -> str:
+    return "\n".join(log.read_text()[-1500:] for log in logs)
 
-    def tails() -> str:
-        return "\n".join(log.read_text()[-1500:] for log in logs)
+
+def _wait_for(check, what: str, agents, logs: list[Path]):
+    """Poll `check` until it returns a truthy value, while both agents' jobs progress."""
+    found = None
 
     def reached() -> bool:
+        nonlocal found
         if any(a.poll() is not None for a in agents[1:]):
-            pytest.fail(f"{what}: an agent ended first: {tails()}")
-        try:
-            return torch.load(path, weights_only=True).get("position", {}).get("epoch") == epoch
-        except (OSError, RuntimeError, EOFError):
-            return False
+            pytest.fail(f"{what}: an agent ended first: {_tails(logs)}")
+        found = check()
+        return bool(found)
 
-    wait_for_job(reached, agents[0], what, tails)
+    wait_for_job(reached, agents[0], what, lambda: _tails(logs))
+    return found
+
+
+def _mid_epoch(path: Path, epoch: int) -> bool:
+    """Whether `path` holds a mid-epoch checkpoint of `epoch`."""
+    try:
+        return torch.load(path, weights_only=True).get("position", {}).get("epoch") == epoch
+    except (OSError, RuntimeError, EOFError):
+        return False
 
 
 def test_a_node_killed_mid_epoch_is_restarted_and_the_job_heals(made, tmp_path):
@@ -106,9 +119,12 @@ def test_a_node_killed_mid_epoch_is_restarted_and_the_job_heals(made, tmp_path):
     logs = [tmp_path / "agent0.log", tmp_path / "agent1.log"]
     agents = [_agent(made, job, port, log) for log in logs]
     try:
-        _wait_mid_epoch_checkpoint(job / "checkpoints" / "last.pt", 1, agents, logs)
-        victim = _trainer(job, "1")
-        assert victim is not None
+        # the victim is found before the moment (a scan of every process's environment takes
+        # seconds on a loaded host), so the kill follows the checkpoint at once
+        victim = _wait_for(lambda: _trainer(job, "1"), "no trainer1-0", agents, logs)
+        ckpt = job / "checkpoints" / "last.pt"
+        what = f"no mid-epoch checkpoint of epoch 1 in {ckpt}"
+        _wait_for(lambda: _mid_epoch(ckpt, 1), what, agents, logs)
         victim.send_signal(signal.SIGKILL)
         codes = [a.wait(timeout=300) for a in agents]
     finally:

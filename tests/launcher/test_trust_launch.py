@@ -438,6 +438,8 @@ def test_a_rotted_halo_cache_is_rebuilt_with_a_warning(made, tmp_path):
 
 
 @pytest.mark.dist
+@pytest.mark.long  # make test: the loop's check in-process (test_verified_files), a failed
+# child's culprit line and error tag as a job (test_teardown)
 def test_a_nan_loss_fails_the_job_in_one_line_with_the_error_tag(made, tmp_path):
     """Issue 37 (1): a loss that turns non-finite (train.lr=1e30 overflows the weights) ends
     the job FAILED, rc 1, one culprit line with epoch and step, and no result.json."""

@@ -110,6 +110,7 @@ def test_report_finds_the_store_in_the_dirs_config(elsewhere, capsys, monkeypatc
 
 
 @pytest.mark.dist
+@pytest.mark.long  # make test: report on real jobs (test_console), the store found in-process
 def test_report_on_a_real_job_with_a_non_default_store(tmp_path):
     from tests.helpers.jobs import run_app
 
