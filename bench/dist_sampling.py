@@ -12,7 +12,9 @@ timed batches (after the warm-up, which compiles kernels and fills the cache): s
 sampled edges/s (ratio to local), sampler CPU-seconds per batch (ratio to the local loader's),
 minor page faults per batch of sampler and trainer, remote hop requests / bytes and remote
 feature rows / bytes per batch (with the cache: ratio to without, and its hit rate), the
-shared-memory ring's depth; graph.pt bytes per edge of part 0 (ratio to the same tensors with
+shared-memory ring's depth; where each batch's CPU goes, per stage (`app.sampler.stages`: kernel,
+relabel, route, features, labels, assembly, handoff, other; of the local loader and of each
+sampler process); graph.pt bytes per edge of part 0 (ratio to the same tensors with
 int64 integers, the layout before compact storage); and the summed PSS of one node's
 processes vs the partition's on-disk bytes (plus the PSS of an idle process with the same
 imports = fixed overhead).
@@ -79,13 +81,37 @@ def _time_batches(loader, after_warmup=None) -> tuple[float, int, int]:
 
 
 def _local(data) -> dict:
-    from app.loader.node_loader import NeighborLoader
+    import torch
 
+    from app.loader.node_loader import NeighborLoader
+    from app.sampler import stages
+
+    torch.set_num_threads(1)  # as a sampler runs; the stages then count every thread's CPU
     loader = NeighborLoader(data, FANOUT, input_nodes=None, batch_size=BATCH, shuffle=True)
-    cpu = [0.0]
-    secs, seeds, edges = _time_batches(loader, lambda: cpu.__setitem__(0, time.process_time()))
-    cpu = time.process_time() - cpu[0]
-    return {"seeds_s": seeds / secs, "edges_s": edges / secs, "cpu_per_batch": cpu / TIMED}
+    start: dict = {}
+
+    def _start() -> None:
+        start.update(cpu=time.process_time(), stages=stages.snapshot())
+
+    secs, seeds, edges = _time_batches(loader, _start)
+    cpu = time.process_time() - start["cpu"]
+    split = _stage_split(start["stages"], stages.snapshot())
+    return {"seeds_s": seeds / secs, "edges_s": edges / secs, "cpu_per_batch": cpu / TIMED,
+            "stages": split}  # fmt: skip
+
+
+def _stage_split(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """CPU seconds per stage between two `app.sampler.stages` snapshots (or stats records)."""
+    return {name: after[name] - before[name] for name in after}
+
+
+def _record_stages(name: str, split: dict[str, float], cpu: float, batches: int) -> None:
+    """Per-batch CPU of each stage (ratio: its share of the process's CPU) and of the rest."""
+    from bench.common import record
+
+    for stage, secs in [*split.items(), ("other", cpu - sum(split.values()))]:
+        record(BENCH, f"{name}_stage_{stage}_per_batch", secs / batches, "s",
+               f"{name}_cpu_per_batch", secs / cpu)  # fmt: skip
 
 
 # -- distributed job ------------------------------------------------------------------------------
@@ -214,6 +240,7 @@ def _record_rank(name: str, res: dict, local: dict) -> None:
         "local_cpu_per_batch",
         res["sampler_cpu_s"] / n / local["cpu_per_batch"],
     )
+    _record_stages(f"{name}_sampler", res["sampler_stages"], res["sampler_cpu_s"], n)
     record(BENCH, f"{name}_trainer_cpu_per_batch", res["trainer_cpu_s"] / n, "s")
     record(BENCH, f"{name}_wall_per_batch", res["wall_s"] / n, "s")
     record(BENCH, f"{name}_sampler_minflt_per_batch", res["sampler_minflt"] / n, "faults")
@@ -237,6 +264,13 @@ def _stats(worker: str) -> dict:
     from app.distributed import rpc
 
     return rpc.call_async(worker, "stats").wait()
+
+
+def _sampler_stages(before: dict, after: dict) -> dict[str, float]:
+    """The sampler process's CPU seconds per stage between two `stats` answers."""
+    keys = [k for k in after if k.startswith("stage_")]
+    split = _stage_split({k: before[k] for k in keys}, {k: after[k] for k in keys})
+    return {k.removeprefix("stage_").removesuffix("_s"): v for k, v in split.items()}
 
 
 def _minflt() -> int:
@@ -311,6 +345,7 @@ def _child(role: str, node: int, root: str, workdir: str, port: int, cache: int)
                "trainer_minflt": _minflt() - start["flt"], "wall_s": secs,
                "sampler_cpu_s": end["cpu_s"] - start["sampler"]["cpu_s"],
                "sampler_minflt": end["minflt"] - start["sampler"]["minflt"],
+               "sampler_stages": _sampler_stages(start["sampler"], end),
                "ring_depth": loader.feeding.ring.depth, **stats}  # fmt: skip
         Path(workdir, f"trainer{node}.json").write_text(json.dumps(out))
         deadline = time.monotonic() + 120
@@ -366,6 +401,7 @@ def main() -> None:
     record(BENCH, "local_seeds_per_s", local["seeds_s"], "seeds/s")
     record(BENCH, "local_edges_per_s", local["edges_s"], "edges/s")
     record(BENCH, "local_cpu_per_batch", local["cpu_per_batch"], "s")
+    _record_stages("local", local["stages"], local["cpu_per_batch"] * TIMED, TIMED)
     for r, (res, off) in enumerate(zip(dist["ranks"], nocache["ranks"], strict=True)):
         _record_rank(f"dist2_rank{r}", res, local)
         _record_rank(f"dist2_nocache_rank{r}", off, local)

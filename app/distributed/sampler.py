@@ -42,6 +42,7 @@ from app.distributed.graph_store import LocalGraphStore
 from app.distributed.routing import HopResult, merge_ragged, route, split_by_owner, take
 from app.loader.batch import to_data, to_hetero_data
 from app.sampler.kernel import STRATEGIES, Relabeler, derive_seed, hop_seed, sample_hop, warmup
+from app.sampler.stages import stage
 
 EdgeType = tuple[str, str, str]
 # (edge type or None, frontier global ids, fan-out, seed, seed time per frontier entry or None)
@@ -183,6 +184,10 @@ class DistNeighborSampler:
         (all of the hop's jobs for that partition), sent before the local part is sampled, so
         local and remote work overlap.
         """
+        with stage("route"):  # the local part's kernel counts as "kernel"
+            return self._sample_jobs(jobs, node_types)
+
+    def _sample_jobs(self, jobs: Sequence[Job], node_types: Sequence[Any]) -> list[HopResult]:
         gs = self.graph_store
         splits = [
             split_by_owner(gs.owner(job[1], t)) for job, t in zip(jobs, node_types, strict=False)
@@ -273,19 +278,24 @@ class DistNeighborSampler:
         else:
             times = self._seed_times(seeds, seed_time)
             seeds = {input_type: seeds}
-        gs = self.graph_store
         etypes, ntypes = self._types()
         rels = self._take_relabelers(ntypes)
         try:
             seeds = {t: s.numpy() for t, s in seeds.items()}
-            out = self._grow(seeds, seed, etypes, ntypes, rels, times)
-            nodes = {t: rels[t].nodes.copy() for t in ntypes}
-            batch = {t: rels[t].batch.copy() for t in ntypes} if self.disjoint else None
+            with stage("relabel"):  # hops inside count as "route" and "kernel"
+                out = self._grow(seeds, seed, etypes, ntypes, rels, times)
+                nodes = {t: rels[t].nodes.copy() for t in ntypes}
+                batch = {t: rels[t].batch.copy() for t in ntypes} if self.disjoint else None
         finally:
             self._give_back(rels)
+        with stage("assembly"):
+            return self._output(nodes, batch, out)
+
+    def _output(self, nodes: dict, batch: dict | None, out: tuple) -> Any:
+        """PyG's sampler output of `_grow`'s lists and the relabelers' node ids."""
         rows, cols, eids, nsn, nse = out
         t64 = torch.from_numpy
-        if not gs.is_hetero:
+        if not self.graph_store.is_hetero:
             return SamplerOutput(
                 node=t64(nodes[None]),
                 row=t64(_cat(rows[None])),
@@ -451,28 +461,31 @@ class DistNeighborSampler:
         if isinstance(out, HeteroSamplerOutput):
             attrs = {t: self._gather(nodes, t, alloc) for t, nodes in out.node.items()}
             edges = {et: self._edge_attr(e, et) for et, e in (out.edge or {}).items()}
-            return to_hetero_data(
-                out, node_attrs=attrs, edge_attrs=edges, input_type=input_type, link=link
-            )
+            with stage("assembly"):
+                return to_hetero_data(
+                    out, node_attrs=attrs, edge_attrs=edges, input_type=input_type, link=link
+                )
         edges = self._edge_attr(out.edge, (None, None))
-        return to_data(
-            out, node_attrs=self._gather(out.node, None, alloc), edge_attrs=edges, link=link
-        )
+        attrs = self._gather(out.node, None, alloc)
+        with stage("assembly"):
+            return to_data(out, node_attrs=attrs, edge_attrs=edges, link=link)
 
     def _edge_attr(self, e_id: Tensor | None, group: Any) -> dict[str, Tensor]:
         """PyG's `edge_attr` of the sampled edges (global ids; remote rows by RPC), when the
         partition holds edge features (not written into shared memory: edges are few)."""
         if e_id is None or "edge_attr" not in self.feature_store.attr_names(group):
             return {}
-        return self.feature_store.fetch(e_id.long(), group, ["edge_attr"], cache=False)
+        with stage("labels"):
+            return self.feature_store.fetch(e_id.long(), group, ["edge_attr"], cache=False)
 
     def _gather(self, nodes: Tensor, group: Any, alloc: Any) -> dict[str, Tensor]:
         attrs = self.options.attrs
         if attrs is not None:
             attrs = [a for a in attrs if a in self.feature_store.attr_names(group)]
-        return self.feature_store.fetch(
-            nodes, group, attrs, alloc=alloc, wire_dtype=self.options.feature_wire_dtype
-        )
+        with stage("features"):  # labels and masks too: one fetch gathers every attribute
+            return self.feature_store.fetch(
+                nodes, group, attrs, alloc=alloc, wire_dtype=self.options.feature_wire_dtype
+            )
 
 
 def local_hop(
@@ -488,6 +501,17 @@ def local_hop(
     times, neighbours later than their entry's time are skipped (sources with a time only),
     or with `edge_level`, edges later than it (edge types with a time only).
     """
+    with stage("kernel"):
+        return _local_hop(graph_store, jobs, replace, strategy, edge_level)
+
+
+def _local_hop(
+    graph_store: LocalGraphStore,
+    jobs: Sequence[tuple],
+    replace: bool,
+    strategy: str,
+    edge_level: bool,
+) -> list[HopResult]:
     out = []
     for edge_type, frontier, k, seed, *rest in jobs:
         colptr, row, edge_id = graph_store.csc_numpy(edge_type)

@@ -28,6 +28,8 @@ from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.graph_store import LocalGraphStore
 from app.distributed.sampler import SamplerOptions, hop_stats, local_hop, sampler_for
 from app.distributed.shm import SlotWriter
+from app.sampler import stages
+from app.sampler.stages import stage
 
 _stop = threading.Event()
 register = endpoints.register  # this process serves its stores (before joining RPC)
@@ -79,7 +81,7 @@ def remote_sample_batch(
     that shared-memory ring slot."""
     alloc = SlotWriter(slot) if slot else None
     data = sampler_for(options).sample_batch(seeds, input_id, input_type, seed, alloc, seed_time)
-    return alloc.export(data) if alloc else data
+    return _export(alloc, data)
 
 
 @endpoint("prepare_sampler")
@@ -95,7 +97,15 @@ def remote_sample_edges(
     """A trainer's edge batch (positives + negatives) → Data for link prediction."""
     alloc = SlotWriter(slot) if slot else None
     data = sampler_for(options).sample_edges(batch, mode, seed, alloc)
-    return alloc.export(data) if alloc else data
+    return _export(alloc, data)
+
+
+def _export(alloc: SlotWriter | None, data: Any) -> Any:
+    """The batch as its trainer receives it: through the ring slot, or whole over RPC."""
+    if alloc is None:
+        return data
+    with stage("handoff"):
+        return alloc.export(data)
 
 
 @endpoint("tensor_pull")
@@ -127,6 +137,7 @@ def remote_stats() -> dict[str, float]:
         "hop_bytes": nbytes,
         **(fs.counters() if fs else {}),
         "cpu_s": time.process_time(),
+        **{f"stage_{name}_s": secs for name, secs in stages.snapshot().items()},
         "minflt": resource.getrusage(resource.RUSAGE_SELF).ru_minflt,
     }
 

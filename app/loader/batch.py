@@ -19,6 +19,7 @@ from torch_geometric.data import Data, HeteroData
 from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 
 from app.loader.device_features import DeviceFeatures
+from app.sampler.stages import stage
 
 LinkMode = Literal["binary", "triplet"] | None
 Attrs = dict[str, Tensor]
@@ -156,7 +157,8 @@ class LocalGather:
         """(node_attrs, edge_attrs) ready for `to_data` / `to_hetero_data`."""
         if not self.hetero:
             nodes = _take(self.data, self.node_keys, out.node)
-            nodes.update({key: rows(out.node) for key, rows in self.features.items()})
+            with stage("features"):
+                nodes.update({key: rows(out.node) for key, rows in self.features.items()})
             return nodes, _take(self.data, self.edge_keys, out.edge)
         nodes = {
             nt: _take(self.data[nt], keys, out.node.get(nt)) for nt, keys in self.node_keys.items()
@@ -170,11 +172,16 @@ class LocalGather:
     def to_batch(self, out, input_type=None, link: LinkMode | bool = False) -> Data | HeteroData:
         """Gather and build the mini-batch in one call."""
         node_attrs, edge_attrs = self(out)
-        if self.hetero:
-            return to_hetero_data(
-                out, node_attrs=node_attrs, edge_attrs=edge_attrs, input_type=input_type, link=link
-            )
-        return to_data(out, node_attrs=node_attrs, edge_attrs=edge_attrs, link=link)
+        with stage("assembly"):
+            if self.hetero:
+                return to_hetero_data(
+                    out,
+                    node_attrs=node_attrs,
+                    edge_attrs=edge_attrs,
+                    input_type=input_type,
+                    link=link,
+                )
+            return to_data(out, node_attrs=node_attrs, edge_attrs=edge_attrs, link=link)
 
 
 def _keys(store, node: bool) -> list[str]:
@@ -190,5 +197,10 @@ def _keys(store, node: bool) -> list[str]:
 def _take(store, keys: list[str], index: Tensor | None) -> Attrs:
     if index is None:
         return {}
-    # a GPU sampler's ids gather from host-held attributes on the host
-    return {key: store[key].index_select(0, index.to(store[key].device)) for key in keys}
+    out = {}
+    for key in keys:
+        value = store[key]
+        with stage("features" if value.is_floating_point() else "labels"):
+            # a GPU sampler's ids gather from host-held attributes on the host
+            out[key] = value.index_select(0, index.to(value.device))
+    return out

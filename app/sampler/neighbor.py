@@ -44,6 +44,7 @@ from app.sampler.kernel import (
     sample_hop,
     warmup,
 )
+from app.sampler.stages import stage
 from app.sampler.torch_kernel import TorchCSC
 from app.sampler.torch_kernel import neighbor_sample as torch_neighbor_sample
 
@@ -272,18 +273,19 @@ def local_hop_fn(
         hs = hop_seed(seed, hop)
         hs = hs if etype_index is None else derive_seed(hs, etype_index)
         nt = node_time if time is not None else None
-        nbrs, epos, counts = sample_hop(
-            colptr,
-            row,
-            frontier,
-            k,
-            replace=replace,
-            seed=hs,
-            node_time=nt,
-            seed_time=time,
-            strategy=strategy,
-        )
-        return nbrs, perm[epos], counts
+        with stage("kernel"):
+            nbrs, epos, counts = sample_hop(
+                colptr,
+                row,
+                frontier,
+                k,
+                replace=replace,
+                seed=hs,
+                node_time=nt,
+                seed_time=time,
+                strategy=strategy,
+            )
+            return nbrs, perm[epos], counts
 
     return hop_fn
 
@@ -426,36 +428,42 @@ class NeighborSampler(BaseSampler):
             if not isinstance(seeds, dict):
                 raise ValueError("a HeteroData sampler needs seeds as {node_type: ids}")
             seeds = {nt: as_index_array(s, "seeds") for nt, s in seeds.items()}
-            out = sample_multi_hop_hetero(
-                seeds,
-                self.num_neighbors,
-                self.hop_fns(seed),
-                self.num_nodes,
-                self.disjoint,
-                None if seed_time is None else {k: np.asarray(v) for k, v in seed_time.items()},
-                self._relabelers(),
-            )
+            with stage("relabel"):  # the hop functions' kernel calls count as "kernel"
+                out = self._sample_hetero(seeds, seed_time, seed)
         else:
             out = self._sample_homo(seeds, seed_time, seed)
         return self._finish(out)
 
-    def _sample_homo(self, seeds, seed_time, seed: int) -> SamplerOutput:
-        if self.tensors is not None:
-            return self._sample_torch(self.tensors, seeds, seed)
-        node, rl, cl, eids, nsn, nse, batch = neighbor_sample(
-            self.colptr,
-            self.row,
+    def _sample_hetero(self, seeds, seed_time, seed: int) -> HeteroSamplerOutput:
+        return sample_multi_hop_hetero(
             seeds,
             self.num_neighbors,
-            replace=self.replace,
-            seed=seed,
-            disjoint=self.disjoint,
-            node_time=self.node_time,
-            seed_time=seed_time,
-            temporal_strategy=self.temporal_strategy,
-            scratch=None if self.disjoint else self._scratch(),
-            perm=self.perm,
+            self.hop_fns(seed),
+            self.num_nodes,
+            self.disjoint,
+            None if seed_time is None else {k: np.asarray(v) for k, v in seed_time.items()},
+            self._relabelers(),
         )
+
+    def _sample_homo(self, seeds, seed_time, seed: int) -> SamplerOutput:
+        if self.tensors is not None:
+            with stage("kernel"):
+                return self._sample_torch(self.tensors, seeds, seed)
+        with stage("kernel"):
+            node, rl, cl, eids, nsn, nse, batch = neighbor_sample(
+                self.colptr,
+                self.row,
+                seeds,
+                self.num_neighbors,
+                replace=self.replace,
+                seed=seed,
+                disjoint=self.disjoint,
+                node_time=self.node_time,
+                seed_time=seed_time,
+                temporal_strategy=self.temporal_strategy,
+                scratch=None if self.disjoint else self._scratch(),
+                perm=self.perm,
+            )
         return SamplerOutput(
             node=_t(node),
             row=_t(rl),
@@ -485,6 +493,10 @@ class NeighborSampler(BaseSampler):
 
     def _induce(self, out):
         """Replace the sampled edges by every graph edge among the sampled nodes."""
+        with stage("kernel"):
+            return self._induce_edges(out)
+
+    def _induce_edges(self, out):
         if not self.is_hetero:
             node = out.node.numpy()
             rl, cl, epos = induced_edges(self.colptr, self.row, node, node, self._scratch())
