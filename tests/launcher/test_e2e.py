@@ -17,6 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from app.tracking.report import main as report
+from app.tracking.summary import sweep_url
 from tests.helpers.jobs import REPO, default_sigint, run_app, stop_and_tell, wait_for_job
 from tests.helpers.torchrun import torchrun_cmd
 
@@ -92,9 +94,11 @@ def test_layerwise_with_two_trainers_per_node_equals_full_fanout_sampling(shared
     assert found["layerwise"][1:] == pytest.approx(found["sampled"][1:], abs=1e-3)
 
 
-def test_multirun_nests_jobs_under_one_parent(shared, tmp_path):
+def test_multirun_nests_jobs_under_one_parent(shared, tmp_path, capsys):
     """Also the 2-job sweep of issue 28 #3 (`model.hidden_channels=32,64` crashed at its second
-    evaluation): 3 epochs, so each job evaluates more than once with its kept buffers."""
+    evaluation): 3 epochs, so each job evaluates more than once with its kept buffers. The sweep
+    ends with its table (console, summary.md, the parent run) and `report` reprints it from the
+    store the sweep's run dirs record."""
     sweep = tmp_path / "sweep"
     proc = run_app(
         "-m",
@@ -119,6 +123,27 @@ def test_multirun_nests_jobs_under_one_parent(shared, tmp_path):
     assert {r.data.params["model.hidden_channels"] for r in children} == {"32", "64"}
     for n in (0, 1):
         assert json.loads((sweep / str(n) / "result.json").read_text())["epochs_done"] == 3
+
+    out, (parent,) = proc.stdout, parents
+    header = "| job | model.hidden_channels | status   | val_acc | test_acc | train_acc | loss"
+    assert f"sweep {sweep}: 2 jobs\n{header}" in out
+    assert "\nbest: job " in out and "val_acc=" in out
+    assert (sweep / "summary.md").read_text().count("| FINISHED |") == 2
+    assert parent.data.tags["sweep_dir"] == str(sweep)
+    assert parent.data.params["monitor"] == "val_acc"
+    assert parent.data.params["best_job"] in ("0", "1")
+    assert 0 <= float(parent.data.params["best_val_acc"]) <= 1
+    assert not parent.data.metrics  # charts: the jobs' curves, no one-bar charts of the parent
+    assert "sweep_summary.md" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert f"MLflow parent run {parent.info.run_id}" in out
+    link = sweep_url(parent.info.experiment_id, parent.info.run_id, "val_acc")
+    assert f"\ncharts: {link}\n" in out  # the jobs' curves (tests/unit/test_ui_links.py)
+
+    capsys.readouterr()
+    assert report([str(sweep)]) == 0
+    table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert table[0].startswith(header)
+    assert [row.split("|")[2].strip() for row in table[1:]] == ["32", "64"]
 
 
 def _descendants(pid: int) -> list[psutil.Process]:

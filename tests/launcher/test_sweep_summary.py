@@ -9,6 +9,7 @@ from tests.helpers.jobs import run_app
 
 
 @pytest.mark.dist
+@pytest.mark.long  # make test: the same checks on test_e2e's 2-node sweep
 def test_sweep_prints_table_logs_best_and_report_reads_it_back(tmp_path):
     sweep = tmp_path / "sweep"
     proc = run_app(
