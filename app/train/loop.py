@@ -256,8 +256,9 @@ def fit(
         return {**task.state_dict(), "switches": switches.state_dict()}
 
     first, position = _resume(task, opts, switches)
-    if switches.stopped and opts.job_dir:  # a resume of a job that stopped early
-        log.info("early stopping had ended this job at epoch %d: nothing to train", first - 1)
+    if opts.job_dir and first > 0 and (switches.stopped or first >= opts.epochs):
+        why = "early stopping had ended" if switches.stopped else "the checkpoint ends"
+        log.info("%s this job at epoch %d: nothing to train", why, first - 1)
         return dict(read_checkpoint(checkpoint_path(opts.job_dir))["metrics"])
     metrics: dict[str, float] = {}
     wire = WireMeter.for_job()

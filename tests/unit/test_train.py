@@ -76,6 +76,17 @@ def test_checkpoint_resume_continues_after_saved_epoch(tmp_path):
     assert read_checkpoint(checkpoint_path(tmp_path))["epoch"] == 3
 
 
+def test_resume_of_a_finished_job_returns_its_last_metrics(tmp_path):
+    """A restart after the last epoch's checkpoint (a kill before the process exited) trains
+    nothing and reports the metrics that checkpoint holds, not an empty result."""
+    data = toy_graph(num_nodes=200, seed=3)
+    last = fit(toy_task(data), FitOptions(epochs=2, job_dir=str(tmp_path)))
+    seen: list[int] = []
+    opts = FitOptions(epochs=2, job_dir=str(tmp_path), resume=True)
+    again = fit(toy_task(data, seed=99), opts, on_epoch=lambda e, _: seen.append(e))
+    assert seen == [] and again == last and "val_acc" in again
+
+
 def test_link_metrics():
     scores = torch.tensor([0.9, 0.8, 0.3, 0.3, 0.1])
     labels = torch.tensor([1, 0, 1, 0, 0])
