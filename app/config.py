@@ -18,7 +18,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import II, OmegaConf
 
-from app.model.registry import MODELS
+from app.model.registry import MODELS, is_builder
 from app.task.registry import OBJECTIVES
 
 # A user's own graph: a `torch.save`d PyG Data/HeteroData, or a folder of arrays (app.dataset.user)
@@ -562,7 +562,8 @@ def validate(cfg: Config) -> Config:
     """Cross-field checks run before any data is touched or any process starts."""
     _choice("task", cfg.task, TASKS)
     _choice("dataset.name", cfg.dataset.name, DATASETS)
-    _choice("model.name", cfg.model.name, tuple(MODELS))
+    if not is_builder(cfg.model.name):
+        _choice("model.name", cfg.model.name, (*MODELS, "package.module:builder"))
     _choice("partition.method", cfg.partition.method, PARTITION_METHODS)
     _choice("sampler.subgraph_type", cfg.sampler.subgraph_type, SUBGRAPH_TYPES)
     _choice("sampler.temporal_strategy", cfg.sampler.temporal_strategy, TEMPORAL_STRATEGIES)

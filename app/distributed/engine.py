@@ -9,7 +9,13 @@ construction) and implements `app.loader.protocol.TrainLoader`.
 
 Batches go out in epoch order, at most `feeding.concurrency` in flight (one with
 `async_sampling=False`, requested when the previous one is taken): that deque of pending
-batches is the bounded channel, and batches come back in order.
+batches is the bounded channel, and batches come back in order. Its depth is what overlaps
+the link with the step: each batch's hop requests and remote feature fetch run while the
+trainer computes on the batches before it, so a window deep enough that `depth` batches'
+link time covers one batch's latency hides the link whenever its time per batch is below the
+step's. A train loader's `Schedule` (the epochs and batches per epoch the trainer takes)
+keeps the window full across epochs: it samples no batch past the cap, and while an epoch's
+last batches are taken it starts the next epoch's first ones, as `prefetch` would.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import logging
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -34,6 +41,22 @@ log = logging.getLogger("distgnn")
 _LEVELS = ("cache_rows", "cache_hit_rate", "cpu_s", "minflt")  # not counters: not differenced
 
 
+@dataclass(frozen=True)
+class Schedule:
+    """What the trainer takes from a loader: `epochs` epochs (0: unknown, none followed on),
+    at most `max_batches` batches each (0: all; `train.max_steps_per_epoch`)."""
+
+    epochs: int = 0
+    max_batches: int = 0
+
+    def __post_init__(self) -> None:
+        if self.epochs < 0 or self.max_batches < 0:
+            raise ValueError(
+                f"Schedule(epochs={self.epochs}, max_batches={self.max_batches}): pass counts "
+                ">= 0 (0: unknown / all)"
+            )
+
+
 class BatchEngine:
     """Epochs of sampled batches of `inputs` (see the module docstring)."""
 
@@ -46,9 +69,11 @@ class BatchEngine:
         device: torch.device | None = None,
         transform: Callable[[Any], Any] | None = None,
         async_sampling: bool = True,
+        schedule: Schedule | None = None,
     ) -> None:
         self.sampler, self.inputs, self.batching, self.feeding = sampler, inputs, batching, feeding
         self.device, self.transform, self.async_sampling = device, transform, async_sampling
+        self.schedule = schedule or Schedule()
         self.feature_store: LocalFeatureStore = sampler.feature_store
         self.graph_store: LocalGraphStore = sampler.graph_store
         self.labels = find_labels(self.feature_store, self.graph_store)
@@ -69,16 +94,18 @@ class BatchEngine:
         return self.feeding.concurrency
 
     def __len__(self) -> int:
-        return self.batching.num_batches(self.num_inputs)
+        n, cap = self.batching.num_batches(self.num_inputs), self.schedule.max_batches
+        return min(n, cap) if cap else n
 
     def __iter__(self) -> Iterator[Any]:
-        epoch, batches = self.epoch, self._epoch_batches()
+        epoch, batches = self.epoch, self._epoch_batches(self.epoch)
         self.epoch += 1
         return self._pipeline(batches, epoch)
 
-    def _epoch_batches(self) -> list[Tensor]:
-        """The input indices of each batch of epoch `self.epoch`, in order."""
-        return self.batching.indices(self.num_inputs, self.epoch)
+    def _epoch_batches(self, epoch: int) -> list[Tensor]:
+        """The input indices of each batch of `epoch` the trainer takes, in order."""
+        batches, cap = self.batching.indices(self.num_inputs, epoch), self.schedule.max_batches
+        return batches[:cap] if cap else batches
 
     def prefetch(self) -> None:
         """Start sampling the next epoch's first batches now (as many as are kept in flight),
@@ -87,14 +114,22 @@ class BatchEngine:
         epoch counter moved meanwhile (a resumed job), they are collected and dropped."""
         if self._ahead is None:
             window: deque[Pending] = deque()
-            self._fill(window, iter(enumerate(self._epoch_batches())), self.epoch)
+            self._fill(window, iter(enumerate(self._epoch_batches(self.epoch))), self.epoch)
             self._ahead = (self.epoch, window)
 
-    def _fill(self, window: deque[Pending], todo: Iterator[tuple[int, Tensor]], epoch: int) -> None:
-        """Submit batches from `todo` until `window` holds as many as may be in flight."""
+    def _fill(
+        self,
+        window: deque[Pending],
+        todo: Iterator[tuple[int, Tensor]],
+        epoch: int,
+        limit: int | None = None,
+    ) -> None:
+        """Submit batches from `todo` until `window` holds as many as may be in flight
+        (`limit`, default the window's depth)."""
         while self._warming:  # the samplers have built what the first batches need
             self._warming.pop().wait()
-        limit = self.concurrency if self.async_sampling else 1
+        if limit is None:
+            limit = self.concurrency if self.async_sampling else 1
         while len(window) < limit and (nxt := next(todo, None)) is not None:
             window.append(self._request(nxt, epoch))
 
@@ -127,12 +162,29 @@ class BatchEngine:
                 nxt = next(todo, None)
                 if nxt is not None and self.async_sampling:  # next batch samples meanwhile
                     window.append(self._request(nxt, epoch))
+                elif self.async_sampling:  # the epoch's last: the next one's first meanwhile
+                    self._follow_on(epoch + 1, len(window))
                 yield out
                 if nxt is not None and not self.async_sampling:  # sampled when asked for
                     window.append(self._request(nxt, epoch))
         except GeneratorExit:  # left early (break): errors propagate at once, undrained
             _drain(window)
             raise
+
+    def _follow_on(self, epoch: int, in_flight: int) -> None:
+        """Start `epoch`'s first batches (it follows: `schedule.epochs`) while `in_flight` of
+        the current one are still out, so at most `concurrency` are in flight in all."""
+        if epoch >= self.schedule.epochs:
+            return
+        if self._ahead is None:
+            self._ahead = (epoch, deque())
+        ahead_epoch, ahead = self._ahead
+        if ahead_epoch != epoch:
+            return
+        todo = iter(enumerate(self._epoch_batches(epoch)[len(ahead) :], len(ahead)))
+        window: deque[Pending] = deque()
+        self._fill(window, todo, epoch, self.concurrency - in_flight - len(ahead))
+        ahead.extend(window)
 
     def _finish(self, out: Any) -> Any:
         """Labels from the label file (a partition without `y`), `device`, `transform`."""

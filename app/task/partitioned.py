@@ -22,7 +22,7 @@ from torch.nn.parallel import DistributedDataParallel
 from app.config import Config
 from app.dataset.link_split import HETERO_LINK_TYPE
 from app.distributed.context import DistContext
-from app.distributed.engine import BatchEngine
+from app.distributed.engine import BatchEngine, Schedule
 from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.feeding import feeding_for
 from app.distributed.graph_store import LocalGraphStore
@@ -132,10 +132,12 @@ class PartitionSource(GraphSource):
 
     def _engine(self, split: str, inputs: Inputs, sampler: DistNeighborSampler) -> BatchEngine:
         """A loader of `inputs` with `sampler` (built once from `cfg.sampler`), the split's
-        batching, and this trainer's feeding mode (its sampler processes, or its threads)."""
-        s = self.cfg.sampler
+        batching, and this trainer's feeding mode (its sampler processes, or its threads); the
+        train loader knows its `Schedule` (epochs, batches per epoch) to keep its window full."""
+        s, t = self.cfg.sampler, self.cfg.train
         feeding = feeding_for(self.ctx, self.cfg.loader.num_workers, s.concurrency, s.rpc_timeout_s)
-        loader = BatchEngine(sampler, inputs, self.batching(split), feeding)
+        plan = Schedule(t.epochs, t.max_steps_per_epoch) if split == "train" else None
+        loader = BatchEngine(sampler, inputs, self.batching(split), feeding, schedule=plan)
         self.loaders.append(loader)
         return loader
 

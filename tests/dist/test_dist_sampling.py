@@ -19,13 +19,17 @@ from tests.helpers.dist_procs import run_checks
 pytestmark = pytest.mark.dist
 
 
-# halo feature cache: partial (40 rows: hits and remote fetches in one batch) and off
-@pytest.mark.parametrize("num_parts,num_workers,cache", [(2, 1, 40), (3, 0, 0)])
-def test_homo_equals_local_sampling(tmp_path, homo_graph, num_parts, num_workers, cache):
+# halo feature cache: partial (40 rows: hits and remote fetches in one batch) and off; batches
+# in flight (sampler.concurrency): 2, and a window of 6 whose hops and remote feature fetches
+# overlap, so the window's depth changes no batch (each equals the local sample, in order)
+@pytest.mark.parametrize("num_parts,num_workers,cache,depth", [(2, 1, 40, 2), (3, 0, 0, 6)])
+def test_homo_equals_local_sampling(tmp_path, homo_graph, num_parts, num_workers, cache, depth):
     write_homo(
         tmp_path / "part", homo_graph["edge_index"], homo_graph["x"], homo_graph["y"], num_parts
     )
-    run_checks(tmp_path, homo_graph, num_parts, num_workers, "check_homo", cache=cache)
+    run_checks(
+        tmp_path, homo_graph, num_parts, num_workers, "check_homo", cache=cache, concurrency=depth
+    )
 
 
 def test_hetero_equals_bfs(tmp_path):

@@ -154,7 +154,8 @@ def main() -> int:
 def _loader_kwargs(rt, spec: dict, ctx) -> dict:
     return dict(
         current_ctx=ctx, num_workers=rt.num_workers, master_port=rt.rpc_port,
-        rpc_timeout=spec["timeout"], concurrency=2, seed=5, batch_size=spec["batch_size"],
+        rpc_timeout=spec["timeout"], concurrency=spec.get("concurrency", 2), seed=5,
+        batch_size=spec["batch_size"],
         **({"feature_cache_size": spec["cache"]} if "cache" in spec else {}),
     )  # fmt: skip
 

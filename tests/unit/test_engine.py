@@ -12,16 +12,18 @@ import inspect
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch_geometric.data import Data
 
 from app.config import SamplerConfig
 from app.distributed import DistLinkNeighborLoader, DistNeighborLoader
-from app.distributed.engine import BatchEngine
+from app.distributed.engine import BatchEngine, Schedule
 from app.distributed.feeding import InTrainer, SamplerProcesses, feeding_for
 from app.distributed.inputs import LinkInputs, NodeInputs
 from app.distributed.sampler import DistNeighborSampler, SamplerOptions
 from app.distributed.server import load_stores
 from app.loader.epochs import EpochBatching
+from app.model.gnn import SampledGNN
 from app.partition.writer import partition_graph
 
 N = 200
@@ -112,3 +114,68 @@ def test_a_sampler_option_is_its_record_field_and_its_config_field():
     changed = {"replace": True, "disjoint": True, "feature_cache_size": 7, "time_attr": "t"}
     options = SamplerOptions.from_config(dataclasses.replace(cfg, **changed))
     assert all(getattr(options, k) == v for k, v in changed.items())
+
+
+def _train(stores, depth: int, async_sampling: bool = True, plan: Schedule | None = None):
+    """Two epochs of a small GraphSAGE over an engine with `depth` batches in flight: every
+    batch's (ids, edges, features) and its loss, in the order trained."""
+    torch.manual_seed(0)
+    model = SampledGNN("sage", 3, 8, 4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    y = torch.randint(0, 4, (N,), generator=torch.Generator().manual_seed(4))
+    sampler = DistNeighborSampler(stores, options=SamplerOptions([3, 2]))
+    engine = BatchEngine(sampler, NodeInputs(torch.arange(0, N, 2)),
+                         EpochBatching(batch_size=16, shuffle=True, seed=3),
+                         InTrainer(depth, 30.0), async_sampling=async_sampling,
+                         schedule=plan)  # fmt: skip
+    trained = []
+    for _ in range(2):
+        for b in engine:
+            out = model(b.x, b.edge_index, b.num_sampled_nodes, b.num_sampled_edges)
+            loss = F.cross_entropy(out[: b.batch_size], y[b.n_id[: b.batch_size]])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            trained.append((b.n_id, b.edge_index, b.x, loss.item()))
+    engine.close()
+    return trained
+
+
+def test_the_window_depth_changes_no_batch_order_or_loss(stores):
+    """Overlap (batches sampled while the step runs, `depth` at once) trains exactly what
+    sampling one batch when asked for it trains: same batches, same order, same losses."""
+    alone = _train(stores, 1, async_sampling=False)
+    assert len(alone) == 14
+    across = _train(stores, 6, plan=Schedule(epochs=2))  # epoch 1's first batches in epoch 0
+    for deep in (_train(stores, 1), _train(stores, 6), across):
+        assert len(deep) == len(alone)
+        for (n, e, x, loss), (n1, e1, x1, loss1) in zip(deep, alone, strict=True):
+            assert torch.equal(n, n1) and torch.equal(e, e1) and torch.equal(x, x1)
+            assert loss == loss1
+
+
+class _Counted(InTrainer):
+    """Threads that count the batches they were asked to sample."""
+
+    submitted = 0
+
+    def submit(self, sampler, request):
+        self.submitted += 1
+        return super().submit(sampler, request)
+
+
+def test_a_schedule_samples_no_batch_past_its_cap_and_starts_the_next_epoch(stores):
+    feeding = _Counted(2, 30.0)
+    engine = BatchEngine(DistNeighborSampler(stores, options=SamplerOptions([3, 2])),
+                         NodeInputs(torch.arange(N)), EpochBatching(batch_size=16, seed=3),
+                         feeding, schedule=Schedule(epochs=2, max_batches=3))  # fmt: skip
+    assert len(engine) == 3
+    first = list(engine)
+    assert len(first) == 3 and engine.in_flight()  # epoch 1's first batches already sampling
+    assert feeding.submitted == 5  # 3 of epoch 0, then epoch 1's first 2: never 3 in flight
+    second = list(engine)
+    assert len(second) == 3 and feeding.submitted == 6 and not engine.in_flight()  # no epoch 2
+    assert not torch.equal(first[0].n_id, second[0].n_id)
+    engine.close()
+    with pytest.raises(ValueError, match="Schedule\\(epochs=-1, max_batches=0\\): pass counts"):
+        Schedule(epochs=-1)
