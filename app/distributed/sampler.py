@@ -296,10 +296,11 @@ class DistNeighborSampler:
         rows, cols, eids, nsn, nse = out
         t64 = torch.from_numpy
         if not self.graph_store.is_hetero:
+            edge_index = t64(_pair(rows[None], cols[None]))
             return SamplerOutput(
                 node=t64(nodes[None]),
-                row=t64(_cat(rows[None])),
-                col=t64(_cat(cols[None])),
+                row=edge_index[0],
+                col=edge_index[1],
                 edge=t64(_cat(eids[None])),
                 batch=None if batch is None else t64(batch[None]),
                 num_sampled_nodes=nsn[None],
@@ -664,6 +665,16 @@ def _pos(splits: list, i: int, p: int) -> int:
 
 def _cat(chunks: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(chunks) if chunks else np.empty(0, np.int64)
+
+
+def _pair(rows: list[np.ndarray], cols: list[np.ndarray]) -> np.ndarray:
+    """The hops' rows and columns concatenated into the two halves of one `[2, E]` array, which
+    `to_data` then takes as `edge_index` without stacking a copy."""
+    out = np.empty((2, sum(r.size for r in rows)), np.int64)
+    if rows:
+        np.concatenate(rows, out=out[0])
+        np.concatenate(cols, out=out[1])
+    return out
 
 
 def _thaw(num_neighbors: Any) -> Any:

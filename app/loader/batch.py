@@ -19,6 +19,7 @@ from torch_geometric.data import Data, HeteroData
 from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 
 from app.loader.device_features import DeviceFeatures
+from app.sampler.buffers import BufferPool
 from app.sampler.stages import stage
 
 LinkMode = Literal["binary", "triplet"] | None
@@ -51,6 +52,22 @@ def _link_meta(data, metadata, link: LinkMode, input_type=None) -> None:
         edge_store.edge_label_time = metadata[3]
 
 
+def edge_index(row: Tensor, col: Tensor) -> Tensor:
+    """`[row; col]` as a `[2, E]` tensor: a view where `col` follows `row` in one buffer (the
+    local sampler's output), else a stacked copy."""
+    e = row.numel()
+    adjacent = (
+        row.dim() == col.dim() == 1
+        and col.numel() == e
+        and row.dtype == col.dtype
+        and row.is_contiguous()
+        and col.is_contiguous()
+        and row.untyped_storage().data_ptr() == col.untyped_storage().data_ptr()
+        and col.storage_offset() == row.storage_offset() + e
+    )
+    return row.as_strided((2, e), (e, 1)) if adjacent else torch.stack([row, col])
+
+
 def to_data(
     out: SamplerOutput,
     x: Tensor | None = None,
@@ -70,7 +87,7 @@ def to_data(
             data[key] = value
     if all(v is None for v in attrs.values()):
         data.num_nodes = out.node.numel()
-    data.edge_index = torch.stack([out.row, out.col])
+    data.edge_index = edge_index(out.row, out.col)
     for key, value in (edge_attrs or {}).items():
         data[key] = value
     data.n_id = out.node
@@ -116,7 +133,7 @@ def to_hetero_data(
             store.num_sampled_nodes = out.num_sampled_nodes[nt]
     for et, row in out.row.items():
         store = data[et]
-        store.edge_index = torch.stack([row, out.col[et]])
+        store.edge_index = edge_index(row, out.col[et])
         for key, value in (edge_attrs or {}).get(et, {}).items():
             store[key] = value
         if out.edge is not None and out.edge.get(et) is not None:
@@ -140,11 +157,17 @@ class LocalGather:
     cache (`DeviceFeatures`) instead of the graph.
 
     Attribute names are resolved once at construction (per node/edge type for HeteroData), so a
-    batch costs one `index_select` per attribute.
+    batch costs one `index_select` per attribute, written into a buffer of `pool` (memory
+    already paged in, see `BufferPool`) when one is given.
     """
 
-    def __init__(self, data: Data | HeteroData, features: dict[str, DeviceFeatures] | None = None):
-        self.data, self.features = data, features or {}
+    def __init__(
+        self,
+        data: Data | HeteroData,
+        features: dict[str, DeviceFeatures] | None = None,
+        pool: BufferPool | None = None,
+    ):
+        self.data, self.features, self.pool = data, features or {}, pool
         self.hetero = isinstance(data, HeteroData)
         if self.hetero:
             self.node_keys = {s._key: _keys(s, node=True) for s in data.node_stores}
@@ -156,12 +179,13 @@ class LocalGather:
     def __call__(self, out: SamplerOutput | HeteroSamplerOutput) -> tuple[dict, dict]:
         """(node_attrs, edge_attrs) ready for `to_data` / `to_hetero_data`."""
         if not self.hetero:
-            nodes = _take(self.data, self.node_keys, out.node)
+            nodes = _take(self.data, self.node_keys, out.node, self.pool)
             with stage("features"):
                 nodes.update({key: rows(out.node) for key, rows in self.features.items()})
             return nodes, _take(self.data, self.edge_keys, out.edge)
         nodes = {
-            nt: _take(self.data[nt], keys, out.node.get(nt)) for nt, keys in self.node_keys.items()
+            nt: _take(self.data[nt], keys, out.node.get(nt), self.pool)
+            for nt, keys in self.node_keys.items()
         }
         edges = {
             et: _take(self.data[et], keys, (out.edge or {}).get(et))
@@ -194,13 +218,19 @@ def _keys(store, node: bool) -> list[str]:
     return keys
 
 
-def _take(store, keys: list[str], index: Tensor | None) -> Attrs:
+def _take(store, keys: list[str], index: Tensor | None, pool: BufferPool | None = None) -> Attrs:
+    """Rows `index` of each attribute `keys` of `store`: into a buffer of `pool` if given
+    (host-held attributes), else a new tensor."""
     if index is None:
         return {}
     out = {}
     for key in keys:
         value = store[key]
         with stage("features" if value.is_floating_point() else "labels"):
-            # a GPU sampler's ids gather from host-held attributes on the host
-            out[key] = value.index_select(0, index.to(value.device))
+            index = index.to(value.device)  # a GPU sampler's ids gather host-held rows on the host
+            if pool is None or value.device.type != "cpu":
+                out[key] = value.index_select(0, index)
+                continue
+            rows = pool.rows(key, index.numel(), tuple(value.shape[1:]), value.dtype)
+            out[key] = torch.index_select(value, 0, index, out=rows)
     return out

@@ -17,6 +17,7 @@ from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling
 from app.loader.batch import LocalGather
 from app.loader.epochs import EpochBatching
 from app.loader.node_loader import LocalLoader
+from app.sampler.buffers import BufferPool
 from app.sampler.neighbor import NeighborSampler
 
 NEG_MODES = ("binary", "triplet")
@@ -109,7 +110,7 @@ class LinkNeighborLoader(LocalLoader):
                 raise ValueError(f"{name} has {t.size(0)} entries for {num} links")
         self.edge_label_time = edge_label_time
         self.batching = EpochBatching(batch_size, shuffle, drop_last, seed)
-        self.gather = LocalGather(data)
+        self.gather = LocalGather(data, pool=BufferPool(2))  # the batch yielded, the one held
         self.epoch = 0
 
     def _labels(self, edge_label: Tensor | None) -> Tensor | None:

@@ -25,6 +25,7 @@ from torch_geometric.sampler import NodeSamplerInput
 from app.loader.batch import LocalGather
 from app.loader.device_features import DeviceFeatures
 from app.loader.epochs import EpochBatching
+from app.sampler.buffers import BufferPool
 from app.sampler.neighbor import NeighborSampler
 
 
@@ -144,7 +145,8 @@ class NeighborLoader(LocalLoader):
             )
         self.input_time = input_time
         self.batching = EpochBatching(batch_size, shuffle, drop_last, seed)
-        self.gather = LocalGather(data, features)
+        # batches sampled ahead (2 per thread), the one yielded and the one its consumer holds
+        self.gather = LocalGather(data, features, BufferPool(2 * self.threads + 2))
         self.epoch = 0
 
     @property

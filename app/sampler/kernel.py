@@ -368,9 +368,9 @@ class Relabeler:
 
 
 @njit(cache=True, nogil=True)
-def _init_seeds(seeds, disjoint, nmap, num_nodes):
+def _init_seeds(seeds, disjoint, nmap, num_nodes, nodes):
     b = seeds.shape[0]
-    nodes = np.empty(max(16, 4 * b), np.int64)
+    nodes = _grow(nodes, max(16, 4 * b))
     nodes[:b] = seeds
     batch = np.empty(nodes.shape[0] if disjoint else 0, np.int64)
     slots = np.empty(b, np.int64)
@@ -489,15 +489,18 @@ def _neighbor_sample(
     nmap,
     map_perm,
     perm,
+    nodes,
+    rows,
+    cols,
+    epos,
 ):
+    """The fused sample into the workspace arrays nodes/rows/cols/epos (grown when too small;
+    the arrays used are returned with the counts)."""
     num_nodes = colptr.shape[0] - 1
-    nodes, batch, keys, vals = _init_seeds(seeds, disjoint, nmap, num_nodes)
+    nodes, batch, keys, vals = _init_seeds(seeds, disjoint, nmap, num_nodes, nodes)
     num_hops = fanouts.shape[0]
     nsn = np.zeros(num_hops + 1, np.int64)
     nse = np.zeros(num_hops, np.int64)
-    rows = np.empty(16, np.int64)
-    cols = np.empty(16, np.int64)
-    epos = np.empty(16, np.int64)
     count = seeds.shape[0]
     nsn[0] = count
     n_edges = 0
@@ -554,15 +557,7 @@ def _neighbor_sample(
         for i in range(count):
             nmap[nodes[i]] = -1
     out_batch = batch[:count].copy() if disjoint else batch[:0].copy()
-    return (
-        nodes[:count].copy(),
-        rows[:n_edges].copy(),
-        cols[:n_edges].copy(),
-        epos[:n_edges].copy(),
-        nsn,
-        nse,
-        out_batch,
-    )
+    return nodes, rows, cols, epos, count, n_edges, nsn, nse, out_batch
 
 
 @njit(cache=True, nogil=True)
@@ -656,6 +651,14 @@ def sample_hop(
     )
 
 
+class Workspace:
+    """The arrays one thread's fused samples are built in, kept (and grown) across calls, so a
+    batch writes into memory already paged in; `neighbor_sample(..., workspace=)`."""
+
+    def __init__(self) -> None:
+        self.nodes, self.rows, self.cols, self.epos = (np.empty(16, np.int64) for _ in range(4))
+
+
 def neighbor_sample(
     colptr: np.ndarray,
     row: np.ndarray,
@@ -669,6 +672,7 @@ def neighbor_sample(
     temporal_strategy: str = "uniform",
     scratch: np.ndarray | None = None,
     perm: np.ndarray | None = None,
+    workspace: Workspace | None = None,
 ):
     """Fused multi-hop sample with PyG's layout (seeds first, then each hop's new nodes).
 
@@ -677,7 +681,8 @@ def neighbor_sample(
     seeds each keep their own slot (and are each sampled), as in PyG; a neighbour equal to a
     duplicated seed maps to its first copy. Temporal sampling is always disjoint (as in PyG). `scratch` is an optional int64[N] array of -1 that
     is reused across calls (left as -1 on return); one per thread. With `perm` (from `to_csc`),
-    the 4th output holds original edge ids `perm[epos]` instead of CSC positions.
+    the 4th output holds original edge ids `perm[epos]` instead of CSC positions. With a
+    `workspace` (one per thread), node/row/col/edge are views into it, valid until its next use.
     """
     last = _check_strategy(temporal_strategy)
     seeds = as_index_array(seeds, "seeds")
@@ -695,7 +700,8 @@ def neighbor_sample(
         if nmap.shape != (num_nodes,):
             raise ValueError(f"scratch must have shape ({num_nodes},) (got {nmap.shape})")
     hop_seeds = np.array([hop_seed(seed, h) for h in range(len(fanouts))], dtype=np.uint64)
-    node, rl, cl, epos, nsn, nse, batch = _neighbor_sample(
+    ws = Workspace() if workspace is None else workspace
+    ws.nodes, ws.rows, ws.cols, ws.epos, count, n_edges, nsn, nse, batch = _neighbor_sample(
         colptr,
         row,
         seeds,
@@ -710,8 +716,15 @@ def neighbor_sample(
         nmap,
         perm is not None,
         np.empty(0, np.int64) if perm is None else perm,
+        ws.nodes,
+        ws.rows,
+        ws.cols,
+        ws.epos,
     )
-    return node, rl, cl, epos, nsn.tolist(), nse.tolist(), batch if disjoint else None
+    out = [ws.nodes[:count], ws.rows[:n_edges], ws.cols[:n_edges], ws.epos[:n_edges]]
+    if workspace is None:  # a workspace of its own: give back exactly sized arrays
+        out = [a.copy() for a in out]
+    return (*out, nsn.tolist(), nse.tolist(), batch if disjoint else None)
 
 
 def induced_edges(

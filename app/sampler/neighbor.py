@@ -33,10 +33,12 @@ from torch_geometric.sampler import (
 )
 
 from app.config import kernels_forced
+from app.sampler.buffers import BufferPool
 from app.sampler.csc import as_index_array, to_csc
 from app.sampler.kernel import (
     STRATEGIES,
     Relabeler,
+    Workspace,
     derive_seed,
     hop_seed,
     induced_edges,
@@ -51,6 +53,7 @@ from app.sampler.torch_kernel import neighbor_sample as torch_neighbor_sample
 EdgeType = tuple[str, str, str]
 HopFn = Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray]]
 SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
+_KEEP = 8  # output buffers kept per array: batches a loader's threads and its consumer hold
 
 
 def _t(a: np.ndarray) -> Tensor:
@@ -352,6 +355,7 @@ class NeighborSampler(BaseSampler):
         self.tensors = self._on_device(torch.device(device))
         self._calls = itertools.count()
         self._local = threading.local()
+        self.pool = BufferPool(keep=_KEEP)  # the homogeneous kernel's outputs
         warmup()
 
     def _on_device(self, device: torch.device) -> TorchCSC | None:
@@ -397,6 +401,13 @@ class NeighborSampler(BaseSampler):
             n = self.num_nodes if ntype is None else self.num_nodes[ntype]
             maps[ntype] = np.full(n, -1, np.int64)
         return maps[ntype]
+
+    def _workspace(self) -> Workspace:
+        """This thread's arrays for the fused kernel (kept across calls)."""
+        ws = getattr(self._local, "workspace", None)
+        if ws is None:
+            ws = self._local.workspace = Workspace()
+        return ws
 
     def _relabelers(self) -> dict[str, Relabeler]:
         """Per-thread relabelers per node type, kept across calls (their maps are O(N))."""
@@ -463,16 +474,34 @@ class NeighborSampler(BaseSampler):
                 temporal_strategy=self.temporal_strategy,
                 scratch=None if self.disjoint else self._scratch(),
                 perm=self.perm,
+                workspace=self._workspace(),
             )
-        return SamplerOutput(
-            node=_t(node),
-            row=_t(rl),
-            col=_t(cl),
-            edge=_t(eids),
-            batch=None if batch is None else _t(batch),
-            num_sampled_nodes=nsn,
-            num_sampled_edges=nse,
-        )
+        with stage("assembly"):
+            node, edge_index, edge = self._pooled(node, rl, cl, eids)
+            return SamplerOutput(
+                node=node,
+                row=edge_index[0],
+                col=edge_index[1],
+                edge=edge,
+                batch=None if batch is None else _t(batch),
+                num_sampled_nodes=nsn,
+                num_sampled_edges=nse,
+            )
+
+    def _pooled(
+        self, node: np.ndarray, row: np.ndarray, col: np.ndarray, edge: np.ndarray
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The workspace's views copied into buffers of `self.pool` (paged in already): node
+        ids, `[row; col]` as one `[2, E]` buffer (so `to_data` takes `edge_index` as a view),
+        edge ids."""
+        e = row.shape[0]
+        nodes = self.pool.rows("node", node.shape[0], (), torch.int64)
+        edge_index = self.pool.rows("edge_index", 2 * e, (), torch.int64).view(2, e)
+        edges = self.pool.rows("edge", e, (), torch.int64)
+        pairs = ((nodes, node), (edge_index[0], row), (edge_index[1], col), (edges, edge))
+        for dst, src in pairs:
+            np.copyto(dst.numpy(), src)
+        return nodes, edge_index, edges
 
     def _sample_torch(self, csc: TorchCSC, seeds, seed: int) -> SamplerOutput:
         scratch = getattr(self._local, "tensor_map", None)
