@@ -92,6 +92,10 @@ def _fail_unexpected(err: Exception) -> None:
     sys.exit(1)
 
 
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
 # An absolute config dir: found the same way from `python -m app` and the `distgnn` script.
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(node: DictConfig) -> float | None:
@@ -106,15 +110,22 @@ def main(node: DictConfig) -> float | None:
     except DataMissingError as err:
         _fail("data error", err, EXIT_CONFIG, refused=True)
     # Imported only now: a config or data error above never pays for importing torch.
-    from app.launch import JobFailed, partition_lock, partitions_dir
-    from app.launch.limits import check_before_work
-    from app.partition.reader import PartitionError
-    from app.partition.spec import PartitionSpec
-    from app.run import run_task
+    from app.tracking.progress import TICK_S, ticking
+
+    loading = f"{cfg.task} {cfg.experiment or 'job'}: loading torch and the job's modules"
+    _say(loading)  # the console's, not the run dir's log: a refused job leaves no run dir
+    with ticking(loading, TICK_S, _say):  # tens of seconds on a busy machine: say so
+        from app.launch import JobFailed, partition_lock, partitions_dir
+        from app.launch.limits import check_before_work
+        from app.launch.precheck import check_ports_before_work
+        from app.partition.reader import PartitionError
+        from app.partition.spec import PartitionSpec
+        from app.run import run_task
 
     spec = PartitionSpec.from_config(cfg)
     watch_compiles()  # a cold kernel cache: say so, not a silent minute
     try:
+        check_ports_before_work(cfg.cluster, cfg.task)  # before any data work, no run dir left
         check_before_work(cfg, spec)
     except ConfigError as err:
         _fail("config error", err, EXIT_CONFIG, refused=True)

@@ -33,8 +33,10 @@ def run_task(cfg: Config) -> float | None:
     """Run `cfg.task`; return the value a Hydra sweeper would optimise (test accuracy)."""
     parent = os.environ.get(PARENT_RUN_ENV) or None
     restrict_job_files(job_dir())  # Hydra's copies of a password in the overrides: 0600
-    if cfg.task == "partition":
-        partition_task(cfg, parent)
+    if cfg.task == "partition":  # its stats: printed, in META.json, on every training run
+        from app.partition.task import run_partition_task
+
+        run_partition_task(cfg)  # no MLflow store opened: nothing to track but the files
         return None
     if is_single_process(cfg):
         from app.threads import budget_this_process
@@ -50,21 +52,3 @@ def run_task(cfg: Config) -> float | None:
 
     print_run_summary(cfg, job_dir(), result)  # metrics, job dir, MLflow run, UI command
     return result.get("test_acc")
-
-
-def partition_task(cfg: Config, parent_run_id: str | None) -> dict[str, float]:
-    """Ensure the partition exists and log its stats (cut, sizes, time, memory) as an MLflow run."""
-    from app.partition.task import run_partition_task
-    from app.tracking.mlflow import make_tracker
-
-    tracker = make_tracker(cfg)
-    tracker.start(
-        cfg,
-        run_name=f"partition-{cfg.experiment or cfg.dataset.name}",
-        parent_run_id=parent_run_id,
-        tags={"task": "partition"},
-    )
-    with tracker:
-        stats = run_partition_task(cfg)
-        tracker.log_metrics(stats)
-    return stats
