@@ -19,6 +19,9 @@ $(STAMP): pyproject.toml
 	# compat mode's "will be removed" banner is setuptools' notice to us, not to the user.
 	PYTHONWARNINGS="ignore:Compat editable installs" \
 	$(BIN)/pip install -q -e '.[dev]' --config-settings editable_mode=compat
+	# hydra/sweeper=optuna: the plugin pins optuna<3, whose sqlite storage fails on SQLAlchemy 2
+	# (pyproject.toml): installed without its pins, against optuna 5.0
+	$(BIN)/pip install -q --no-deps hydra-optuna-sweeper==1.3.0
 	# Editable installs hide namespace packages from Hydra's plugin scan (hydra#2359):
 	# a plain path entry makes launchers/hydra_plugins visible as a regular directory.
 	$(BIN)/python -c "import site, pathlib; pathlib.Path(site.getsitepackages()[0], 'distgnn_launchers.pth').write_text('$(CURDIR)/launchers\\n')"

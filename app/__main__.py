@@ -37,7 +37,7 @@ import errno  # noqa: E402
 import logging  # noqa: E402
 
 import hydra  # noqa: E402
-from omegaconf import DictConfig  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from app.config import (  # noqa: E402
     CONF_DIR,
@@ -50,6 +50,16 @@ from app.config import (  # noqa: E402
 
 register_configs()
 log = logging.getLogger("distgnn")
+
+
+def _sweep_direction(monitor: str, objective: str) -> str:
+    from app.tracking.summary import sweep_direction
+
+    return sweep_direction(str(monitor or ""), str(objective))
+
+
+# `hydra/sweeper=optuna` (conf/hydra/sweeper/optuna.yaml): the study's direction from the monitor
+OmegaConf.register_new_resolver("distgnn_direction", _sweep_direction, replace=True)
 
 
 def _in_sweep() -> bool:

@@ -30,7 +30,8 @@ def is_single_process(cfg: Config) -> bool:
 
 
 def run_task(cfg: Config) -> float | None:
-    """Run `cfg.task`; return the value a Hydra sweeper would optimise (test accuracy)."""
+    """Run `cfg.task`; return the value a Hydra sweeper optimises: `train.monitor` (val_acc
+    by default, never a test metric), None when the job did not report it."""
     parent = os.environ.get(PARENT_RUN_ENV) or None
     restrict_job_files(job_dir())  # Hydra's copies of a password in the overrides: 0600
     if cfg.task == "partition":  # its stats: printed, in META.json, on every training run
@@ -48,7 +49,8 @@ def run_task(cfg: Config) -> float | None:
         from app.launch import run_job
 
         result = run_job(cfg, job_dir(), parent_run_id=parent)
-    from app.tracking.summary import print_run_summary
+    from app.tracking.summary import monitor_key, print_run_summary
 
     print_run_summary(cfg, job_dir(), result)  # metrics, job dir, MLflow run, UI command
-    return result.get("test_acc")
+    value = result.get(monitor_key(cfg))
+    return float(value) if isinstance(value, int | float) else None
