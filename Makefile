@@ -19,6 +19,9 @@ $(STAMP): pyproject.toml
 	# compat mode's "will be removed" banner is setuptools' notice to us, not to the user.
 	PYTHONWARNINGS="ignore:Compat editable installs" \
 	$(BIN)/pip install -q -e '.[dev]' --config-settings editable_mode=compat
+	# hydra/sweeper=optuna: the plugin pins optuna<3, whose sqlite storage fails on SQLAlchemy 2
+	# (pyproject.toml): installed without its pins, against optuna 5.0
+	$(BIN)/pip install -q --no-deps hydra-optuna-sweeper==1.3.0
 	# Editable installs hide namespace packages from Hydra's plugin scan (hydra#2359):
 	# a plain path entry makes launchers/hydra_plugins visible as a regular directory.
 	$(BIN)/python -c "import site, pathlib; pathlib.Path(site.getsitepackages()[0], 'distgnn_launchers.pth').write_text('$(CURDIR)/launchers\\n')"
@@ -67,7 +70,7 @@ chaos: install  ## fault injection: CHAOS_N random CHAOS_SIGNALS (KILL,STOP,TERM
 # app.distributed. METIS gate forced: our Partitioner brings its own METIS (pymetis). Tests
 # that use pyg-lib as their reference sampler fail without it (docs/pyg-compat.md).
 # PYG_TESTS="test_rpc.py test_partition.py" runs only those files.
-PEER_HARNESS ?= $(CURDIR)/../shared/peer/run_peer_dist_tests.sh
+PEER_HARNESS ?= $(CURDIR)/tools/compat/run_peer_dist_tests.sh
 PYG_COMMIT   ?= 5c6461b2305ad068a6d61165b3c55852a11aaa41
 compat-pyg: install  ## opt-in: PyG's test/distributed against app.distributed (needs PYG_GIT=<bare clone of pytorch_geometric>; PYG_LIB_WHEEL=<pyg-lib wheel> installs PyG's reference sampler first; PYG_TESTS=<files> runs a subset)
 	@test -n "$(PYG_GIT)" || { echo "compat-pyg: set PYG_GIT to a bare clone: git clone --bare https://github.com/pyg-team/pytorch_geometric"; exit 2; }
@@ -77,7 +80,7 @@ compat-pyg: install  ## opt-in: PyG's test/distributed against app.distributed (
 	  $(BIN)/pip install -q --no-deps "$(PYG_LIB_WHEEL)"; \
 	fi
 	@$(BIN)/python -c "import pyg_lib" 2>/dev/null || echo "compat-pyg: pyg-lib cannot be imported (not installed, or built for another torch / C++ ABI): the 39 sampler tests will fail on PyG's reference sampler (set PYG_LIB_WHEEL=, see docs/pyg-compat.md)"
-	PYG_GIT=$(PYG_GIT) PEER_METIS_GATE=force PEER_PATCH_LOAD=1 \
+	PYG_GIT=$(abspath $(PYG_GIT)) PEER_METIS_GATE=force PEER_PATCH_LOAD=1 \
 	PEER_TIMEOUT=$${PEER_TIMEOUT:-90} PEER_CLEAN=$${PEER_CLEAN:-1} PEER_FILES="$(PYG_TESTS)" \
 	bash $(PEER_HARNESS) $(CURDIR)/$(BIN)/python app.distributed $(PYG_COMMIT)
 

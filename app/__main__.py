@@ -37,7 +37,7 @@ import errno  # noqa: E402
 import logging  # noqa: E402
 
 import hydra  # noqa: E402
-from omegaconf import DictConfig  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from app.config import (  # noqa: E402
     CONF_DIR,
@@ -50,6 +50,16 @@ from app.config import (  # noqa: E402
 
 register_configs()
 log = logging.getLogger("distgnn")
+
+
+def _sweep_direction(monitor: str, objective: str) -> str:
+    from app.tracking.summary import sweep_direction
+
+    return sweep_direction(str(monitor or ""), str(objective))
+
+
+# `hydra/sweeper=optuna` (conf/hydra/sweeper/optuna.yaml): the study's direction from the monitor
+OmegaConf.register_new_resolver("distgnn_direction", _sweep_direction, replace=True)
 
 
 def _in_sweep() -> bool:
@@ -92,6 +102,10 @@ def _fail_unexpected(err: Exception) -> None:
     sys.exit(1)
 
 
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
 # An absolute config dir: found the same way from `python -m app` and the `distgnn` script.
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(node: DictConfig) -> float | None:
@@ -106,15 +120,22 @@ def main(node: DictConfig) -> float | None:
     except DataMissingError as err:
         _fail("data error", err, EXIT_CONFIG, refused=True)
     # Imported only now: a config or data error above never pays for importing torch.
-    from app.launch import JobFailed, partition_lock, partitions_dir
-    from app.launch.limits import check_before_work
-    from app.partition.reader import PartitionError
-    from app.partition.spec import PartitionSpec
-    from app.run import run_task
+    from app.tracking.progress import TICK_S, ticking
+
+    loading = f"{cfg.task} {cfg.experiment or 'job'}: loading torch and the job's modules"
+    _say(loading)  # the console's, not the run dir's log: a refused job leaves no run dir
+    with ticking(loading, TICK_S, _say):  # tens of seconds on a busy machine: say so
+        from app.launch import JobFailed, partition_lock, partitions_dir
+        from app.launch.limits import check_before_work
+        from app.launch.precheck import check_ports_before_work
+        from app.partition.reader import PartitionError
+        from app.partition.spec import PartitionSpec
+        from app.run import run_task
 
     spec = PartitionSpec.from_config(cfg)
     watch_compiles()  # a cold kernel cache: say so, not a silent minute
     try:
+        check_ports_before_work(cfg.cluster, cfg.task)  # before any data work, no run dir left
         check_before_work(cfg, spec)
     except ConfigError as err:
         _fail("config error", err, EXIT_CONFIG, refused=True)

@@ -702,14 +702,20 @@ SLOT_GROUPS = ("experiment", "debug")
 
 def normalize_overrides(argv: list[str]) -> list[str]:
     """`+experiment=X` / `+debug=X` as `experiment=X` / `debug=X`: both spellings select the
-    option (the README's `+experiment=` predates the `experiment: null` slot)."""
+    option (the README's `+experiment=` predates the `experiment: null` slot);
+    `hydra/sweeper=optuna` as the project's Optuna config (conf/hydra/sweeper)."""
     out = []
     for arg in argv:
         key = arg.partition("=")[0]
         if "=" in arg and key.startswith("+") and key.lstrip("+") in SLOT_GROUPS:
             arg = arg.lstrip("+")
-        out.append(arg)
+        out.append(SWEEPER_ALIASES.get(arg, arg))
     return out
+
+
+# `hydra/sweeper=optuna` is the plugin's bare schema; the project's config extends it (a
+# same-named yaml would be refused by Hydra's schema matching)
+SWEEPER_ALIASES = {"hydra/sweeper=optuna": "hydra/sweeper=distgnn_optuna"}
 
 
 def compose_config(overrides: list[str]) -> Config:

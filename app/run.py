@@ -30,11 +30,14 @@ def is_single_process(cfg: Config) -> bool:
 
 
 def run_task(cfg: Config) -> float | None:
-    """Run `cfg.task`; return the value a Hydra sweeper would optimise (test accuracy)."""
+    """Run `cfg.task`; return the value a Hydra sweeper optimises: `train.monitor` (val_acc
+    by default, never a test metric), None when the job did not report it."""
     parent = os.environ.get(PARENT_RUN_ENV) or None
     restrict_job_files(job_dir())  # Hydra's copies of a password in the overrides: 0600
-    if cfg.task == "partition":
-        partition_task(cfg, parent)
+    if cfg.task == "partition":  # its stats: printed, in META.json, on every training run
+        from app.partition.task import run_partition_task
+
+        run_partition_task(cfg)  # no MLflow store opened: nothing to track but the files
         return None
     if is_single_process(cfg):
         from app.threads import budget_this_process
@@ -46,25 +49,8 @@ def run_task(cfg: Config) -> float | None:
         from app.launch import run_job
 
         result = run_job(cfg, job_dir(), parent_run_id=parent)
-    from app.tracking.summary import print_run_summary
+    from app.tracking.summary import monitor_key, print_run_summary
 
     print_run_summary(cfg, job_dir(), result)  # metrics, job dir, MLflow run, UI command
-    return result.get("test_acc")
-
-
-def partition_task(cfg: Config, parent_run_id: str | None) -> dict[str, float]:
-    """Ensure the partition exists and log its stats (cut, sizes, time, memory) as an MLflow run."""
-    from app.partition.task import run_partition_task
-    from app.tracking.mlflow import make_tracker
-
-    tracker = make_tracker(cfg)
-    tracker.start(
-        cfg,
-        run_name=f"partition-{cfg.experiment or cfg.dataset.name}",
-        parent_run_id=parent_run_id,
-        tags={"task": "partition"},
-    )
-    with tracker:
-        stats = run_partition_task(cfg)
-        tracker.log_metrics(stats)
-    return stats
+    value = result.get(monitor_key(cfg))
+    return float(value) if isinstance(value, int | float) else None

@@ -3,9 +3,10 @@ runs it) or a launcher that finds the cache cold, before it starts its processes
 
 The work is a small real pipeline, so each kernel compiles for the argument types jobs pass
 it: METIS with relabelling and the locality order, both samplers (all variants), a feature
-gather into batch positions, the model and layer-wise kernels. A marker file, named by a hash
-of the kernel modules' sources and this machine's CPU, records that the cache holds them; the
-stream partitioner's kernels compile on first use (announced by `app.jit.watch`).
+gather into batch positions, the model and layer-wise kernels (also for mixed index dtypes),
+the stream partitioner. A marker file, named by a hash of the kernel modules' sources and this
+machine's CPU, records that the cache holds them; a kernel compiled later is announced
+(`app.jit.watch`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ WARMED = (
     "app/partition/assign.py",
     "app/partition/order.py",
     "app/partition/writer.py",
+    "app/partition/stream.py",
     "app/distributed/feature_store.py",
     "app/jit/warm.py",
 )
@@ -79,6 +81,35 @@ def _pipeline() -> None:
         sampler.sample_batch(seeds, seeds)
     src = np.ones((4, 2), np.float32)
     gather_rows(src, np.arange(2), np.zeros((3, 2), np.float32), np.array([0, 2]))
+    _mixed_index_kernels()
+    _stream_partition(cfg)
+
+
+def _mixed_index_kernels() -> None:
+    """The model kernels for an int64 row pointer over int32 columns, as a trainer's sampled
+    subgraph passes them (the first smoke run compiled these)."""
+    import numpy as np
+
+    from app.model.ops import numba_cpu
+
+    h, out = np.ones((2, 1), np.float32), np.zeros((1, 1), np.float32)
+    crow, col = np.array([0, 2], np.int64), np.array([0, 1], np.int32)
+    numba_cpu._csr_spmm(crow, col, np.ones(2, np.float32), h, out)
+    numba_cpu._csr_mean(crow, col, h, h[:0], out)
+
+
+def _stream_partition(cfg: object) -> None:
+    """The streaming partitioner's kernels (`partition=stream`, a README command)."""
+    from app.dataset.chunked import ChunkedGraph
+    from app.dataset.synthetic_stream import generate_products_chunked
+    from app.partition.stream import stream_partition
+
+    with tempfile.TemporaryDirectory(prefix="distgnn-warm-") as tmp:
+        graph = generate_products_chunked(cfg, 0, Path(tmp, "chunked"))  # type: ignore[arg-type]
+        stream_partition(
+            ChunkedGraph(graph), Path(tmp, "parts"), 2, params={}, fingerprint="warm",
+            dataset_fingerprint="warm", relabel=True, order="locality",
+        )  # fmt: skip
 
 
 def warm() -> float:

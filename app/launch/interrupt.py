@@ -23,6 +23,9 @@ _said: list[object] = []  # the exception whose outcome line is already on the c
 def say_outcome(err: object, line: str) -> None:
     """Print `line` on stderr, once for `err` (a sweep's next failure gets its own line)."""
     if not said(err):
+        from app.tracking.progress_lines import clear_bars
+
+        clear_bars()  # a bar drawn on the terminal: the line starts on a line of its own
         print(line, file=sys.stderr, flush=True)
         _said[:] = [err]
 

@@ -48,7 +48,7 @@ from app.launch.spawn import JobFailed, run_procs
 from app.partition.spec import PartitionSpec
 from app.placement import gpus_shared, trainers_per_machine
 from app.tracking.mlflow import check_store
-from app.tracking.progress import phase
+from app.tracking.progress import phase, stage
 from app.tracking.redact import restrict_job_files
 
 __all__ = ["JobFailed", "run_job"]
@@ -277,7 +277,7 @@ def _close_tracking(
 
     run_id = run_file.read_text().strip()
     bounded = bounded_http() if status != "FINISHED" else contextlib.nullcontext()
-    with bounded:
+    with bounded, stage(f"closing MLflow run {run_id} ({status}, uploading the logs)"):
         try:
             client = _store_client(cfg)
             for key, value in (metrics or {}).items():

@@ -113,6 +113,14 @@ def check_ports_free(c: ClusterConfig, plan: ProcessPlan) -> None:
     _check_ports(c, addr, plan.ports)
 
 
+def check_ports_before_work(c: ClusterConfig, task: str) -> None:
+    """A local training job's fixed `cluster.master_port` (and the next) busy: one line before
+    the dataset is generated or partitioned (the caller leaves no run dir behind)."""
+    if task == "train" and c.mode == "local" and c.master_port:
+        if c.num_nodes > 1 or c.procs_per_node > 1:  # a single process opens no port
+            _check_ports(c, "127.0.0.1", Ports(ddp=c.master_port, rpc=c.master_port + 1))
+
+
 def _check_ports(c: ClusterConfig, addr: str, ports: Ports) -> None:
     bind_addr = addr if _is_local_addr(addr) else ""
     for what, port in (("ddp", ports.ddp), ("rpc", ports.rpc)):

@@ -34,12 +34,14 @@ from typing import IO
 
 from app.fsutil import die_with_parent
 from app.launch import heartbeat
+from app.launch.console import Heard, JobConsole, Quiet
 from app.launch.heartbeat import HeartbeatWatch
 from app.launch.interrupt import TERMINATED, check_terminated
 from app.launch.peers import PeerWatch
 from app.launch.plan import ProcSpec
 from app.launch.pss import PssMonitor
 from app.launch.worker import ERROR_MARK
+from app.tracking.progress import ticking
 from app.tracking.progress_lines import PROGRESS_ENV, PROGRESS_MARK, BarView
 from app.tracking.redact import redact_text
 
@@ -124,6 +126,16 @@ class Child:
     reader: threading.Thread
     tail: deque[str]
     echo: threading.Event  # cleared when the job stops: children's shutdown noise stays in logs
+    heard: Heard  # up once it printed; when its output last reached the console
+
+    def quiet(self) -> Quiet:
+        """This child as `JobConsole` watches it."""
+        return Quiet(
+            self.spec.name,
+            self.heard,
+            lambda: self.proc.poll() is None,
+            lambda: self.tail[-1] if self.tail else "",
+        )
 
 
 class _LogFile:
@@ -183,7 +195,12 @@ class _LogFile:
 
 
 def _pump(
-    name: str, pipe: IO[bytes], log_path: Path, tail: deque[str], echo: threading.Event
+    name: str,
+    pipe: IO[bytes],
+    log_path: Path,
+    tail: deque[str],
+    echo: threading.Event,
+    heard: Heard,
 ) -> None:
     """Copy `pipe` to the log file line by line, prefixed by the name.
 
@@ -202,6 +219,7 @@ def _pump(
             raw = segment.rstrip("\r\n").removeprefix(prefix)  # log records carry it already
             raw = redact_text(raw)  # the log file is uploaded, the console may be shared
             bar = raw.startswith(PROGRESS_MARK) or (segment.endswith("\r") and bool(raw))
+            heard.line(echo.is_set())
             if bar:
                 state = raw.removeprefix(PROGRESS_MARK).strip()
                 for line in bars.show(prefix + state if state else "", echo.is_set()):
@@ -254,14 +272,15 @@ def start_child(spec: ProcSpec, log_dir: Path, echo: bool = False) -> Child:
     if echo:
         echoing.set()
     assert proc.stdout is not None
+    heard = Heard()
     reader = threading.Thread(
         target=_pump,
-        args=(spec.name, proc.stdout, log_path, tail, echoing),
+        args=(spec.name, proc.stdout, log_path, tail, echoing, heard),
         name=f"pump-{spec.name}",
         daemon=True,
     )
     reader.start()
-    return Child(spec, proc, log_path, reader, tail, echoing)
+    return Child(spec, proc, log_path, reader, tail, echoing, heard)
 
 
 def _signal_group(child: Child, sig: int) -> None:
@@ -274,6 +293,12 @@ def _signal_group(child: Child, sig: int) -> None:
 def stop_children(children: Iterable[Child], timeout_s: float) -> None:
     """SIGTERM every child's process group, SIGKILL what is left after `timeout_s`, reap all."""
     children = list(children)
+    running = sum(c.proc.poll() is None for c in children)
+    with ticking(f"stopping {running} process{'es' if running != 1 else ''}"):
+        _stop(children, timeout_s)
+
+
+def _stop(children: list[Child], timeout_s: float) -> None:
     for c in children:
         c.echo.clear()
         _signal_group(c, signal.SIGTERM)
@@ -377,6 +402,7 @@ def run_procs(
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
         with sigterm_as_interrupt():
+            started = JobConsole.starting(len(procs))
             for spec in procs:
                 check_terminated()
                 children.append(start_child(spec, log_dir, spec.name in echo))
@@ -385,22 +411,35 @@ def run_procs(
                 threading.Thread(
                     target=_watch_exit, args=(children[-1], exits), daemon=True
                 ).start()
-            by_name = {c.spec.name: c for c in children}
-            for _ in children:
-                child, silence = _next_event(exits, deadline, timeout_s, watch, by_name, peers)
-                if silence is not None:
-                    stop_children(children, shutdown_timeout_s)
-                    raise _failure(
-                        child, f"no heartbeat for {silence:.1f} s: stopped, frozen or cut off"
-                    )
-                watch.forget(child.spec.name)
-                if child.proc.returncode != 0:
-                    stop_children(children, shutdown_timeout_s)
-                    raise _failure(child)
+            with JobConsole([c.quiet() for c in children], started):
+                _wait_all(children, exits, deadline, timeout_s, watch, peers, shutdown_timeout_s)
     finally:
         stop_children([c for c in children if c.proc.poll() is None], shutdown_timeout_s)
         for c in children:
             c.reader.join(timeout=2)
+
+
+def _wait_all(
+    children: list[Child],
+    exits: queue.Queue[Child],
+    deadline: float | None,
+    timeout_s: float | None,
+    watch: HeartbeatWatch,
+    peers: PeerWatch | None,
+    shutdown_timeout_s: float,
+) -> None:
+    """Wait for every child to exit 0; at the first failure or silent child, stop them all and
+    raise `JobFailed` naming it."""
+    by_name = {c.spec.name: c for c in children}
+    for _ in children:
+        child, silence = _next_event(exits, deadline, timeout_s, watch, by_name, peers)
+        if silence is not None:
+            stop_children(children, shutdown_timeout_s)
+            raise _failure(child, f"no heartbeat for {silence:.1f} s: stopped, frozen or cut off")
+        watch.forget(child.spec.name)
+        if child.proc.returncode != 0:
+            stop_children(children, shutdown_timeout_s)
+            raise _failure(child)
 
 
 def _next_event(

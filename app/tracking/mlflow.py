@@ -46,7 +46,7 @@ from app.tracking import partition_stats, plots, store_template
 from app.tracking.http_store import check_server
 from app.tracking.naming import job_overrides
 from app.tracking.naming import run_name as default_run_name
-from app.tracking.progress import log_startup, phase
+from app.tracking.progress import log_startup, phase, ticking
 from app.tracking.redact import (
     redact,
     redact_override,
@@ -229,10 +229,10 @@ class MlflowTracker(Tracker):
     """One MLflow run per job, addressed by id through an `MlflowClient`."""
 
     def __init__(self, tracking_uri: str, experiment_name: str = "distgnn") -> None:
-        quiet_mlflow()
         self.tracking_uri = tracking_uri
         self.experiment_name = experiment_name
-        with phase("mlflow store"):
+        with phase("mlflow store"):  # importing mlflow, then the store: seconds under load
+            quiet_mlflow()
             self.experiment_id = self._open_store()
         self.run_id = None
         self.history: dict[str, list[tuple[int, float]]] = {}
@@ -435,7 +435,8 @@ class MlflowTracker(Tracker):
             error = error_line(handled)
         try:
             if status == FINISHED:  # a failing or interrupted job has seconds left: no plots
-                self._before_end(run_id)
+                with ticking(f"closing MLflow run {run_id} (plots, startup times)"):
+                    self._before_end(run_id)
             if error:
                 self.set_tags({"error": (error.strip().splitlines() or [error])[0]})
             self.client.set_terminated(run_id, status)

@@ -76,3 +76,39 @@ def partition_bars(parts: list[dict[str, Any]], path: Path, title: str) -> bool:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
     return True
+
+
+def sweep_points(
+    swept: dict[str, list[tuple[str, float]]],
+) -> dict[str, tuple[list[float] | list[str], list[float]]]:
+    """Per swept key, its values (numbers where every value is one, else labels) and the
+    monitor of each finished job."""
+    out: dict[str, tuple[list[float] | list[str], list[float]]] = {}
+    for key, points in swept.items():
+        raw, ys = [v for v, _ in points], [y for _, y in points]
+        try:
+            out[key] = ([float(v) for v in raw], ys)
+        except ValueError:
+            out[key] = (raw, ys)
+    return out
+
+
+def sweep_plot(swept: dict[str, list[tuple[str, float]]], monitor: str, path: Path) -> bool:
+    """One panel per swept key: `monitor` against the key's value, one point per finished job
+    (`swept`: key -> [(value, monitor)]); False when no job finished with the monitor."""
+    points = {k: v for k, v in sweep_points(swept).items() if v[1]}
+    if not points:
+        return False
+    fig = _figure(figsize=(4 * len(points), 3.4))
+    axes = fig.subplots(1, len(points))
+    for ax, (key, (xs, ys)) in zip(
+        axes if len(points) > 1 else [axes], points.items(), strict=True
+    ):
+        ax.scatter(xs, ys)
+        ax.set_xlabel(key, fontsize=9)
+        ax.set_ylabel(monitor, fontsize=9)
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{monitor} per swept value", fontsize=11)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    return True

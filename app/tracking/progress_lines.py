@@ -12,12 +12,23 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from typing import IO, Any
 
 PROGRESS_ENV = "DISTGNN_PROGRESS_LINES"  # "1" in children whose output the launcher pumps
 PROGRESS_MARK = "\x1b[progress]"  # starts every bar line; not a real terminal sequence
 LOG_EVERY_S = 10.0  # a bar's state goes to logs (and non-terminal consoles) this often
 CLEAR_LINE = "\r\x1b[K"
+_VIEWS: weakref.WeakSet[BarView] = (
+    weakref.WeakSet()
+)  # the launcher's bar views (one per child): `clear_bars` wipes them
+
+
+def clear_bars() -> None:
+    """Wipe every bar drawn on the terminal, so the next line (a failure) starts on its own
+    line instead of glued to a bar; a later state draws it again."""
+    for view in list(_VIEWS):
+        view.clear()
 
 
 class BarLines:
@@ -58,6 +69,12 @@ class BarView:
         self.active = False  # between a bar's first state and its end
         self.started = self.logged_at = 0.0  # this bar's first state, its last logged one
         self.lock = threading.Lock()
+        _VIEWS.add(self)
+
+    def clear(self) -> None:
+        """Wipe this view's bar from the terminal (nothing if none is drawn)."""
+        with self.lock:
+            self._draw("")
 
     def show(self, state: str, echo: bool) -> list[str]:
         """Take one bar state ("" ends the bar); return the lines to write to the log."""
@@ -73,7 +90,7 @@ class BarView:
                 out, self.pending, self.logged_at = [state], "", now
             else:
                 out, self.pending = [], state
-            if echo and self.tty:
+            if self.tty and (echo or not state):  # an ended bar is wiped, echoed or not
                 self._draw(state)
             elif echo:
                 for text in out:

@@ -63,6 +63,12 @@ def lower_is_better(metric: str) -> bool:
     return "loss" in metric or metric.endswith("time_s") or "wait" in metric
 
 
+def sweep_direction(monitor: str, objective: str) -> str:
+    """Optuna's direction for `train.monitor` (resolver `distgnn_direction`, used by
+    conf/hydra/sweeper/optuna.yaml): `minimize` for losses and times, else `maximize`."""
+    return "minimize" if lower_is_better(monitor_for(monitor, objective)) else "maximize"
+
+
 @dataclass
 class JobRow:
     """One job (or MLflow run) of a table."""
@@ -213,6 +219,22 @@ def differing_keys(rows: list[JobRow]) -> list[str]:
     dicts = [_override_dict(r.overrides) for r in rows]
     keys = list(dict.fromkeys(k for d in dicts for k in d))
     return [k for k in keys if len({d.get(k) for d in dicts}) > 1]
+
+
+def swept_values(rows: list[JobRow], monitor: str) -> dict[str, list[tuple[str, float]]]:
+    """Per override key that differs between rows: (its value, `monitor`) of each finished row
+    that reported the monitor (the points of the sweep's plot)."""
+    out: dict[str, list[tuple[str, float]]] = {}
+    for key in differing_keys(rows):
+        out[key] = [
+            (_override_dict(r.overrides)[key], float(r.metrics[monitor]))
+            for r in rows
+            if r.status == "FINISHED"
+            and key in _override_dict(r.overrides)
+            and isinstance(r.metrics.get(monitor), int | float)
+            and not math.isnan(r.metrics[monitor])
+        ]
+    return out
 
 
 def best_index(rows: list[JobRow], monitor: str) -> int | None:

@@ -73,11 +73,21 @@ def _progress(
     def rates(stats: EpochStats, start: float) -> None:
         wall = max(time.perf_counter() - start, 1e-9)
         bar.set_postfix_str(
-            f"{stats.seeds / wall:,.0f} seeds/s, data wait {100 * stats.data_wait_s / wall:.0f}%",
+            f"{_running_loss(stats)}{stats.seeds / wall:,.0f} seeds/s, "
+            f"data wait {100 * stats.data_wait_s / wall:.0f}%",
             refresh=False,
         )
 
     return bar, rates
+
+
+def _running_loss(stats: EpochStats) -> str:
+    """`loss 2.412, ` (the epoch's mean so far) where the sum is on the host; "" on a GPU,
+    where reading it back every step would stall the device."""
+    total = stats.loss_sum
+    if isinstance(total, torch.Tensor) and total.device.type != "cpu":
+        return ""
+    return f"loss {float(total) / max(stats.seeds, 1):.3f}, "
 
 
 def _length(loader: TrainLoader, max_steps: int) -> int:

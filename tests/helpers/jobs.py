@@ -16,6 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.helpers.load import load_factor
+
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 # the 2-node smoke job, untracked: what most launcher-level tests run
@@ -103,12 +105,44 @@ def stop_and_tell(proc) -> str:
     return str(err if err is not None else out)[-2000:]
 
 
-def run_app(*args: str, timeout: float = 60, env: dict | None = None, cwd: Path = REPO):
+class Console:
+    """When each line of a job's console (stdout and stderr together) arrived, and the highest
+    load factor (`tests.helpers.load`) seen meanwhile: `longest_gap()` is the longest silence,
+    from the start to the first line, between lines, or from the last line to the exit."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.lines: list[tuple[float, str]] = []
+        self.end = self.start
+        self.factor = load_factor()
+        self.lock = threading.Lock()
+
+    def add(self, data: bytes) -> None:
+        now = time.monotonic()
+        with self.lock:
+            for text in data.decode(errors="replace").replace("\r", "\n").split("\n")[:-1]:
+                self.lines.append((now, text))
+
+    def longest_gap(self) -> tuple[float, str]:
+        """(seconds, the line that ended the silence or "<exit>")."""
+        times = [(self.start, "<start>"), *self.lines, (self.end, "<exit>")]
+        return max(
+            (b[0] - a[0], f"{a[1]!r} -> {b[1]!r}") for a, b in zip(times, times[1:], strict=False)
+        )
+
+
+def run_app(
+    *args: str,
+    timeout: float = 60,
+    env: dict | None = None,
+    cwd: Path = REPO,
+    console: Console | None = None,
+):
     """Run `python -m app ARGS` as a real process; returns the CompletedProcess.
 
     The wait follows the job's progress: it is stopped (and `subprocess.TimeoutExpired`
     raised) only after `max(timeout, SILENCE_FLOOR_S)` seconds without a byte of output, so a
-    loaded machine makes a job slower, not a test red.
+    loaded machine makes a job slower, not a test red. `console` records when each line came.
     """
     full_env = {**os.environ, **(env or {})}
     proc = subprocess.Popen(
@@ -118,13 +152,15 @@ def run_app(*args: str, timeout: float = 60, env: dict | None = None, cwd: Path 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    out, err = _drain_while_alive(proc, max(timeout, SILENCE_FLOOR_S))
+    out, err = _drain_while_alive(proc, max(timeout, SILENCE_FLOOR_S), console)
     return subprocess.CompletedProcess(
         proc.args, proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
     )
 
 
-def _drain_while_alive(proc, silence_s: float) -> tuple[bytes, bytes]:
+def _drain_while_alive(
+    proc, silence_s: float, console: Console | None = None
+) -> tuple[bytes, bytes]:
     """Read `proc`'s stdout and stderr to the end; kill it after `silence_s` without output."""
     chunks: dict[int, list[bytes]] = {1: [], 2: []}
     last = [time.monotonic()]
@@ -133,6 +169,8 @@ def _drain_while_alive(proc, silence_s: float) -> tuple[bytes, bytes]:
         for data in iter(lambda: stream.read1(65536), b""):
             chunks[key].append(data)
             last[0] = time.monotonic()
+            if console is not None:
+                console.add(data)
 
     readers = [
         threading.Thread(target=read, args=(proc.stdout, 1), daemon=True),
@@ -147,7 +185,11 @@ def _drain_while_alive(proc, silence_s: float) -> tuple[bytes, bytes]:
             raise subprocess.TimeoutExpired(
                 proc.args, silence_s, b"".join(chunks[1]), b"".join(chunks[2])
             )
+        if console is not None:
+            console.factor = max(console.factor, load_factor())
         time.sleep(0.2)
+    if console is not None:
+        console.end = time.monotonic()
     for r in readers:
         r.join()
     return b"".join(chunks[1]), b"".join(chunks[2])

@@ -19,7 +19,14 @@ import pytest
 
 from app.tracking.report import main as report
 from app.tracking.summary import sweep_url
-from tests.helpers.jobs import REPO, default_sigint, run_app, stop_and_tell, wait_for_job
+from tests.helpers.jobs import (
+    REPO,
+    Console,
+    default_sigint,
+    run_app,
+    stop_and_tell,
+    wait_for_job,
+)
 from tests.helpers.torchrun import torchrun_cmd
 
 pytestmark = pytest.mark.dist
@@ -49,9 +56,18 @@ def _ok(proc: subprocess.CompletedProcess) -> None:
 
 
 def test_two_node_run(shared, tmp_path):
+    """Also no silent minute: every stage (imports, partitioning, processes starting, MLflow,
+    stopping, the summary) says what it does; no console silence over 5 s at a quiet
+    machine's pace (scaled by the load seen during the job)."""
     job = tmp_path / "run"
-    proc = run_app(*SMOKE, *_common(shared, tmp_path), f"hydra.run.dir={job}", timeout=120)
+    console = Console()
+    proc = run_app(
+        *SMOKE, *_common(shared, tmp_path), f"hydra.run.dir={job}", timeout=120, console=console
+    )
     _ok(proc)
+    gap, where = console.longest_gap()
+    assert gap <= 5.0 * console.factor, f"{gap:.1f} s silent: {where} (load x{console.factor:.1f})"
+    assert "starting 2 processes" in proc.stderr + proc.stdout
     result = json.loads((job / "result.json").read_text())
     assert 0.0 <= result["test_acc"] <= 1.0
     logs = sorted(p.name for p in (job / "logs").glob("*.log"))

@@ -60,13 +60,17 @@ def launch(
     if launcher.mlflow_parent:
         launcher.parent_run_id = open_parent_run(config, sweep_dir, launcher.parent_run_id)
     runs: list[JobReturn] = []
-    rows = []
+    rows = launcher.rows  # this batch's jobs join the earlier batches' (an Optuna study's)
     status = "FINISHED"
+    owns_failures = sweeper_owns_failures(config)
+    if owns_failures and launcher.job_offset is None:  # a resumed study: after its jobs' dirs
+        launcher.job_offset = next_job_num(sweep_dir)
+    first = initial_job_idx + (launcher.job_offset or 0)
     try:
         with _exported(PARENT_RUN_ENV, launcher.parent_run_id):
-            for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
+            for idx, overrides in enumerate(job_overrides, start=first):
                 start = time.perf_counter()
-                runs.append(_run_one(launcher, idx, overrides))
+                runs.append(_run_one(launcher, idx, overrides, owns_failures))
                 rows.append(job_row(idx, runs[-1], time.perf_counter() - start))
                 if runs[-1].status == JobStatus.FAILED:
                     status = "FAILED"
@@ -74,10 +78,11 @@ def launch(
                     if launcher.stop_on_failure:
                         break
         report_sweep(config, sweep_dir, runs, rows, launcher.parent_run_id)
-        if status == "FAILED":  # Hydra's sweeper would re-raise the job's error, traceback and all
-            failed = sum(r.status == "FAILED" for r in rows)
+        if status == "FAILED" and not owns_failures:  # Hydra's basic sweeper would re-raise
+            failed = sum(r.status == "FAILED" for r in rows)  # the job's error, traceback and all
             print(f"sweep failed: {failed} of {len(rows)} jobs failed (see the table)", flush=True)
             raise SystemExit(1)
+        status = "FINISHED"  # a study's failed trial is told to Optuna; the study goes on
     except KeyboardInterrupt:
         status = "KILLED"
         raise
@@ -90,8 +95,48 @@ def launch(
     return runs
 
 
-def _run_one(launcher: DistgnnLauncher, idx: int, overrides: Sequence[str]) -> JobReturn:
-    """Compose job `idx`'s config and run it in its sweep subdir with the app's task function."""
+PLOT_FILE = "sweep_plot.png"  # the monitor against each swept value, beside summary.md
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+
+
+def sweeper_owns_failures(config: DictConfig) -> bool:
+    """Whether the sweeper decides what a failed job means (Optuna tells it FAIL and goes on);
+    Hydra's basic sweeper (grids) leaves it to this launcher, which ends the sweep with exit 1."""
+    return str(config.hydra.sweeper.get("_target_", BASIC_SWEEPER)) != BASIC_SWEEPER
+
+
+def next_job_num(sweep_dir: Path) -> int:
+    """The first job number whose dir is not in `sweep_dir` yet (0 for a new sweep): a resumed
+    Optuna study's trials get dirs of their own instead of the earlier trials'."""
+    nums = [int(p.name) for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()]
+    return max(nums, default=-1) + 1
+
+
+def prepare_sweep_dir(config: DictConfig) -> None:
+    """Create `hydra.sweep.dir` in a multirun (Optuna opens its sqlite storage there before the
+    first job runs)."""
+    from hydra.types import RunMode
+
+    if config.hydra.get("mode") == RunMode.MULTIRUN:
+        Path(str(config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+
+
+def failed_return(err: SystemExit, overrides: Sequence[str]) -> JobReturn:
+    """A job that exited (a config error: its line is out already) as a FAILED `JobReturn`, so
+    a sweeper that owns failures records it instead of the whole study ending."""
+    ret = JobReturn(overrides=list(overrides), status=JobStatus.FAILED)
+    ret._return_value = RuntimeError(
+        f"the job exited with code {err.code} (a config error: its line is on the console)"
+    )
+    return ret
+
+
+def _run_one(
+    launcher: DistgnnLauncher, idx: int, overrides: Sequence[str], owns_failures: bool = False
+) -> JobReturn:
+    """Compose job `idx`'s config and run it in its sweep subdir with the app's task function.
+
+    `owns_failures`: a job's SystemExit (a config error) becomes a FAILED return."""
     assert launcher.hydra_context is not None and launcher.task_function is not None
     assert launcher.config is not None
     log.info("\t#%d : %s", idx, " ".join(filter_overrides(overrides)))
@@ -101,13 +146,18 @@ def _run_one(launcher: DistgnnLauncher, idx: int, overrides: Sequence[str]) -> J
     with open_dict(sweep_config):
         sweep_config.hydra.job.id = idx
         sweep_config.hydra.job.num = idx
-    ret = run_job(
-        hydra_context=launcher.hydra_context,
-        task_function=launcher.task_function,
-        config=sweep_config,
-        job_dir_key="hydra.sweep.dir",
-        job_subdir_key="hydra.sweep.subdir",
-    )
+    try:
+        ret = run_job(
+            hydra_context=launcher.hydra_context,
+            task_function=launcher.task_function,
+            config=sweep_config,
+            job_dir_key="hydra.sweep.dir",
+            job_subdir_key="hydra.sweep.subdir",
+        )
+    except SystemExit as err:
+        if not owns_failures:
+            raise
+        ret = failed_return(err, overrides)
     configure_log(launcher.config.hydra.hydra_logging, launcher.config.hydra.verbose)
     return ret
 
@@ -211,7 +261,7 @@ def report_sweep(
     run. A reporting problem is logged, never raised: the jobs themselves are done.
     """
     from app.fsutil import write_text_atomic
-    from app.tracking import summary
+    from app.tracking import plots, summary
     from app.tracking.redact import redact_text
 
     try:
@@ -231,8 +281,13 @@ def report_sweep(
         write_text_atomic(sweep_dir / "summary.md", text)
         lines = ["", f"sweep {sweep_dir}: {len(rows)} jobs", table.rstrip(), best]
         lines.append(f"table: {sweep_dir / 'summary.md'}")
+        plot = sweep_dir / PLOT_FILE
+        if plots.sweep_plot(summary.swept_values(rows, monitor), monitor, plot):
+            lines.append(f"plot: {plot}")
         if client is not None and parent_run_id:
             _log_to_parent(client, parent_run_id, rows, monitor, text)
+            if plot.exists():
+                client.log_artifact(parent_run_id, str(plot))
             exp = client.get_run(parent_run_id).info.experiment_id
             lines.append(f"MLflow parent run {parent_run_id}")
             lines.append(f"  {summary.run_url(parent_run_id, exp)}")

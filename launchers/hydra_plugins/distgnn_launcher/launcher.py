@@ -20,6 +20,8 @@ class DistgnnLauncher(Launcher):
         self.task_function: TaskFunction | None = None
         self.hydra_context: HydraContext | None = None
         self.parent_run_id: str | None = None
+        self.rows: list = []  # every job's summary row so far: a sweeper may launch in batches
+        self.job_offset: int | None = None  # added to job numbers (a resumed Optuna study)
 
     def setup(
         self,
@@ -31,6 +33,10 @@ class DistgnnLauncher(Launcher):
         self.config = config
         self.hydra_context = hydra_context
         self.task_function = task_function
+        # before the sweeper's first batch: Optuna's study storage lives in the sweep dir
+        from . import _core
+
+        _core.prepare_sweep_dir(config)
 
     def launch(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
