@@ -145,15 +145,20 @@ class LocalGraphStore(GraphStore):
         self._edge_attr[(key, "coo")] = EdgeAttr(key, EdgeLayout.COO, is_sorted=True, size=size)
 
     def _put_coo(
-        self, key: Key, edge_index: Tensor, edge_id: Tensor, num_dst: int, size: tuple,
+        self,
+        key: Key,
+        edge_index: Tensor,
+        edge_id: Tensor,
+        num_dst: int,
+        size: tuple,
         is_sorted: bool,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """PyG's from_data: the COO sorted by (destination, source) unless `is_sorted`, as given
         to PyG; the sampler's CSC keeps each column in the caller's edge order. Without edge
         ids (PyG allows None) the sampler numbers edges by their position."""
         eid = torch.arange(edge_index.size(1)) if edge_id is None else edge_id
-        self._csc[key] = dict(zip(("colptr", "row", "edge_id"),
-                                  _to_csc(edge_index, eid, num_dst, is_sorted), strict=True))  # fmt: skip
+        csc = _to_csc(edge_index, eid, num_dst, is_sorted)
+        self._csc[key] = dict(zip(("colptr", "row", "edge_id"), csc, strict=True))
         if not is_sorted:
             edge_index, edge_id = sort_edge_index(edge_index, edge_id, sort_by_row=False)
         attr = EdgeAttr(key, EdgeLayout.COO, is_sorted=True, size=size)
