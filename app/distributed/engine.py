@@ -33,7 +33,7 @@ from torch import Tensor
 from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.feeding import Feeding, Pending
 from app.distributed.graph_store import LocalGraphStore
-from app.distributed.inputs import Inputs
+from app.distributed.inputs import EdgeType, Inputs
 from app.distributed.sampler import DistNeighborSampler
 from app.loader.epochs import EpochBatching
 
@@ -189,7 +189,7 @@ class BatchEngine:
     def _finish(self, out: Any) -> Any:
         """Labels from the label file (a partition without `y`), `device`, `transform`."""
         if self.labels is not None:
-            attach_labels(out, self.labels, self.inputs.input_type)
+            attach_labels(out, self.labels, self.inputs.label_key)
         if self.device is not None:
             out = out.to(self.device)
         return self.transform(out) if self.transform else out
@@ -236,14 +236,35 @@ def find_labels(fs: LocalFeatureStore, gs: LocalGraphStore) -> Any:
     return labels if labels is not None else getattr(gs, "labels", None)
 
 
-def attach_labels(data: Any, labels: Any, input_type: str | None) -> None:
-    """`y` of every sampled node (global `n_id`) where the batch has none, from whole-graph
-    labels: a tensor (homogeneous, or the input node type's), or {node type: tensor}."""
+def attach_labels(data: Any, labels: Any, key: str | EdgeType | None) -> None:
+    """`y` from whole-graph labels where the batch has none (PyG's `feature.labels` rules).
+
+    {node type: tensor}: every sampled node's (by global `n_id`) of those types. A tensor: the
+    nodes' of a homogeneous batch or of node type `key`; with an edge type `key` (a
+    heterogeneous link batch) one label per edge of that type, set on its sampled edges by
+    global `e_id` (PyG's `data[edge_type].y`; a label file of per-edge ratings, say).
+    """
+    if isinstance(key, tuple) and not isinstance(labels, dict):
+        _attach_edge_labels(data[key], labels, key)
+        return
     if not isinstance(labels, dict):
-        labels = {input_type: labels}
+        labels = {key: labels}
     for node_type, y in labels.items():
-        store = data if node_type is None else data[node_type]
         if node_type is not None and node_type not in data.node_types:
             continue
+        store = data if node_type is None else data[node_type]
         if "y" not in store and "n_id" in store:
             store.y = y[store.n_id]
+
+
+def _attach_edge_labels(store: Any, labels: Tensor, edge_type: EdgeType) -> None:
+    if "y" in store or "e_id" not in store:
+        return
+    e_id = store.e_id
+    if e_id.numel() and int(e_id.max()) >= labels.size(0):
+        raise ValueError(
+            f"labels hold {labels.size(0)} rows, but the batch samples edge {int(e_id.max())} "
+            f"of {edge_type}: a lone label tensor on a heterogeneous link loader is one label "
+            "per edge of that type (PyG's rule); pass {node type: labels} for node labels"
+        )
+    store.y = labels[e_id]

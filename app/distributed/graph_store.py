@@ -145,15 +145,20 @@ class LocalGraphStore(GraphStore):
         self._edge_attr[(key, "coo")] = EdgeAttr(key, EdgeLayout.COO, is_sorted=True, size=size)
 
     def _put_coo(
-        self, key: Key, edge_index: Tensor, edge_id: Tensor, num_dst: int, size: tuple,
+        self,
+        key: Key,
+        edge_index: Tensor,
+        edge_id: Tensor,
+        num_dst: int,
+        size: tuple,
         is_sorted: bool,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """PyG's from_data: the COO sorted by (destination, source) unless `is_sorted`, as given
         to PyG; the sampler's CSC keeps each column in the caller's edge order. Without edge
         ids (PyG allows None) the sampler numbers edges by their position."""
         eid = torch.arange(edge_index.size(1)) if edge_id is None else edge_id
-        self._csc[key] = dict(zip(("colptr", "row", "edge_id"),
-                                  _to_csc(edge_index, eid, num_dst, is_sorted), strict=True))  # fmt: skip
+        csc = _to_csc(edge_index, eid, num_dst, is_sorted)
+        self._csc[key] = dict(zip(("colptr", "row", "edge_id"), csc, strict=True))
         if not is_sorted:
             edge_index, edge_id = sort_edge_index(edge_index, edge_id, sort_by_row=False)
         attr = EdgeAttr(key, EdgeLayout.COO, is_sorted=True, size=size)
@@ -254,7 +259,9 @@ class LocalGraphStore(GraphStore):
 
     def put_edge_time(self, time: Tensor, edge_type: Key = None) -> None:
         """Time of each local edge of a type, in CSC order (`csc_numpy`'s positions): edge-level
-        temporal sampling keeps an edge only if it is not later than its seed's time."""
+        temporal sampling keeps an edge only if it is not later than its seed's time. Each
+        column's positions are kept oldest first (ties in CSC order), the order PyG's sampler
+        walks a neighbourhood in (it sorts its CSC by edge time)."""
         colptr = self.csc_numpy(edge_type)[0]
         time_np = np.ascontiguousarray(time.numpy())
         if time_np.shape != (int(colptr[-1]),):
@@ -262,7 +269,8 @@ class LocalGraphStore(GraphStore):
                 f"edge time of {edge_type!r} has shape {tuple(time_np.shape)} for "
                 f"{int(colptr[-1])} local edges: pass one time per edge"
             )
-        self._edge_time[edge_type] = (time_np, np.arange(time_np.size, dtype=np.int64))
+        column = np.repeat(np.arange(colptr.size - 1), np.diff(colptr))
+        self._edge_time[edge_type] = (time_np, np.lexsort((time_np, column)).astype(np.int64))
 
     @property
     def edge_time_types(self) -> list[Key]:
@@ -270,8 +278,9 @@ class LocalGraphStore(GraphStore):
         return list(self._edge_time)
 
     def edge_time_numpy(self, edge_type: Key = None) -> tuple[np.ndarray, np.ndarray] | None:
-        """(edge time, 0..E-1) in CSC order, or None when this edge type has no time: the
-        kernel filters by `time[row[p]]`, so sampling over the positions filters by edge."""
+        """(edge time, positions) in CSC order, each column's positions oldest first, or None
+        when this edge type has no time: the kernel filters by `time[row[p]]`, so sampling
+        over the positions filters by edge, and walks each neighbourhood in time order."""
         return self._edge_time.get(edge_type)
 
     def owner(self, ids: np.ndarray, node_type: str | None = None) -> np.ndarray:

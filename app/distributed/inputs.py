@@ -75,6 +75,11 @@ class NodeInputs:
     def num_inputs(self) -> int:
         return int(self.ids.numel())
 
+    @property
+    def label_key(self) -> str | None:
+        """Whose labels a lone whole-graph label tensor holds: the input node type's."""
+        return self.input_type
+
     def request(self, index: Tensor, seed: int) -> NodeBatch:
         times = None if self.time is None else self.time[index]
         return NodeBatch(self.ids[index], index, self.input_type, seed, times)
@@ -85,6 +90,7 @@ class LinkInputs:
     """Seed links `edges` ([2, E] global ids) of `edge_type` (None: homogeneous) with their
     labels, and the negatives to draw: `mode` binary (`ratio` per positive, label 0) or
     triplet (`ratio` destinations per positive), uniform over `num_src` / `num_dst` nodes.
+    `time` (temporal sampling): one time per link, PyG's `edge_label_time`.
 
     Negatives are drawn here, in the trainer, seeded per batch, so every sampler process
     sees complete, reproducible batches."""
@@ -96,17 +102,26 @@ class LinkInputs:
     label: Tensor | None = None
     mode: str = "binary"
     ratio: float = 0.0
+    time: Tensor | None = None
 
     def __post_init__(self) -> None:
+        num = int(self.edges.size(1))
+        for name, given in (("edge_label", self.label), ("edge_label_time", self.time)):
+            if given is not None and given.size(0) != num:
+                raise ValueError(
+                    f"{name} has {given.size(0)} entries for {num} links in edge_label_index: "
+                    "pass one per link"
+                )
         if self.mode not in ("binary", "triplet"):
             raise ValueError(f"neg_sampling={self.mode!r}: expected binary, triplet or None")
         if self.mode == "triplet" and self.ratio != int(self.ratio):
             raise ValueError(f"neg_sampling_ratio={self.ratio}: triplet mode needs an integer")
 
     @property
-    def input_type(self) -> None:
-        """Link batches take node labels from every node type (none is the input's)."""
-        return None
+    def label_key(self) -> EdgeType | None:
+        """Whose labels a lone whole-graph label tensor holds: on a heterogeneous graph the
+        link edge type's (per-edge labels, PyG's rule), else the nodes' (homogeneous)."""
+        return self.edge_type
 
     @property
     def num_inputs(self) -> int:
@@ -120,6 +135,8 @@ class LinkInputs:
         out: dict[str, Any] = {"input_id": index}
         if self.edge_type is not None:
             out["edge_type"] = self.edge_type
+        if self.time is not None:
+            out["time"] = self.time[index]
         if self.mode == "triplet":
             r = int(self.ratio)
             out.update(src=src, dst=dst, dst_neg=torch.randint(self.num_dst, (n, r), generator=gen))

@@ -423,38 +423,57 @@ class DistNeighborSampler:
         """Link batch → subgraph around every endpoint, with PyG's link-loader fields.
 
         `batch`: `src`, `dst` (positives, then binary negatives), `input_id`, `edge_label`
-        (binary) or `dst_neg` ([B, r], triplet), and `edge_type` (hetero). Endpoints are
-        de-duplicated (sorted) into seeds as the local sampler does: one seed set when both ends
-        share a node type, else {source type: sources, destination type: destinations}, so the
-        batch equals the local loader's for the same links and seed.
+        (binary) or `dst_neg` ([B, r], triplet), `edge_type` (hetero) and, temporal, `time`
+        (`edge_label_time` of the positives). Seeds follow PyG's `edge_sample`: one seed set
+        when both ends share a node type, else {source type: sources, destination type:
+        destinations}; de-duplicated (sorted) unless the sampler is disjoint, where every
+        endpoint is its own tree (tree ids taken modulo the number of positives) and, temporal,
+        carries its link's time. So the batch equals the local loader's for the same links.
         """
-        if self.temporal:
-            raise ValueError(
-                "temporal link sampling is not supported by the distributed sampler; "
-                "set sampler.time_attr=null for link prediction"
-            )
         edge_type = batch.get("edge_type")
         src_t, dst_t = (None, None) if edge_type is None else (edge_type[0], edge_type[-1])
-        src, dst, n = batch["src"], batch["dst"], batch["src"].numel()
-        if mode == "triplet":
-            dst = torch.cat([dst, batch["dst_neg"].reshape(-1)])
+        ends = _Endpoints.of(batch, mode, self.temporal)
+        sample = self._sample_disjoint_link if self.disjoint else self._sample_merged_link
+        out, index = sample(ends, src_t, dst_t, seed)
+        label = () if mode == "triplet" else (batch["edge_label"],)
+        out.metadata = (batch["input_id"], *index, *label, ends.src_time)
+        return self._collate(out, edge_type, mode, alloc)
+
+    def _sample_merged_link(
+        self, ends: _Endpoints, src_t: Any, dst_t: Any, seed: int
+    ) -> tuple[Any, tuple[Tensor, ...]]:
+        """Non-disjoint: endpoints de-duplicated into sorted seeds; link indices by inverse."""
+        src, dst = ends.src, ends.dst
         if src_t == dst_t:
             seeds, inverse = torch.unique(torch.cat([src, dst]), return_inverse=True)
             out = self.sample_from_nodes(seeds, src_t, seed)
-            inv_src, inv_dst = inverse[:n], inverse[n:]
+            inv_src, inv_dst = inverse[: src.numel()], inverse[src.numel() :]
         else:
             src, inv_src = torch.unique(src, return_inverse=True)
             dst, inv_dst = torch.unique(dst, return_inverse=True)
             out = self.sample_from_nodes({src_t: src, dst_t: dst}, None, seed)
-        if mode == "triplet":
-            r = batch["dst_neg"].size(1)
-            neg = inv_dst[n:].view(n, r)
-            neg = neg.view(-1) if r == 1 else neg
-            out.metadata = (batch["input_id"], inv_src, inv_dst[:n], neg, None)
+        return out, ends.index(inv_src, inv_dst)
+
+    def _sample_disjoint_link(
+        self, ends: _Endpoints, src_t: Any, dst_t: Any, seed: int
+    ) -> tuple[Any, tuple[Tensor, ...]]:
+        """Disjoint (temporal too): a tree per endpoint, in PyG's seed order."""
+        n_src, n_dst = ends.src.numel(), ends.dst.numel()
+        if src_t == dst_t:
+            seeds = torch.cat([ends.src, ends.dst])
+            times = None if ends.src_time is None else torch.cat([ends.src_time, ends.dst_time])
+            out = self.sample_from_nodes(seeds, src_t, seed, times)
+            inv_src, inv_dst = torch.arange(n_src), torch.arange(n_src, n_src + n_dst)
         else:
-            index = torch.stack([inv_src, inv_dst])
-            out.metadata = (batch["input_id"], index, batch["edge_label"], None)
-        return self._collate(out, edge_type, mode, alloc)
+            split = {src_t: ends.src, dst_t: ends.dst}
+            times = None if ends.src_time is None else {src_t: ends.src_time, dst_t: ends.dst_time}
+            out = self.sample_from_nodes(split, None, seed, times)
+            inv_src, inv_dst = torch.arange(n_src), torch.arange(n_dst)
+        if isinstance(out.batch, dict):
+            out.batch = {t: b % ends.num_pos for t, b in out.batch.items()}
+        else:
+            out.batch = out.batch % ends.num_pos
+        return out, ends.index(inv_src, inv_dst)
 
     def _collate(self, out: Any, input_type: Any, link: Any, alloc: Any) -> Data | HeteroData:
         """Gather node attributes (local + remote) and build the batch with the local loader's
@@ -487,6 +506,45 @@ class DistNeighborSampler:
             return self.feature_store.fetch(
                 nodes, group, attrs, alloc=alloc, wire_dtype=self.options.feature_wire_dtype
             )
+
+
+@dataclass(frozen=True)
+class _Endpoints:
+    """A link batch's seeds in PyG's order: sources, then destinations (positives, then
+    negatives: triplet negative q of positive i at `n + q*n + i`, as PyG lays them), and the
+    times their trees sample at (temporal; binary negatives take their positives' in turn)."""
+
+    src: Tensor
+    dst: Tensor
+    src_time: Tensor | None
+    dst_time: Tensor | None
+    num_pos: int
+    neg_per_pos: int | None  # triplet: negatives per positive; None: binary
+
+    @classmethod
+    def of(cls, batch: dict[str, Any], mode: str, temporal: bool) -> _Endpoints:
+        src, dst, n = batch["src"], batch["dst"], int(batch["input_id"].numel())
+        time = batch.get("time") if temporal else None
+        if temporal and time is None:
+            raise ValueError("temporal link sampling needs one time per link: pass edge_label_time")
+        if mode == "triplet":
+            neg = batch["dst_neg"]
+            r = int(neg.size(1))
+            dst = torch.cat([dst, neg.t().reshape(-1)])
+            dst_time = None if time is None else time.repeat(1 + r)
+            return cls(src, dst, time, dst_time, n, r)
+        total = src.numel()
+        rep = None if time is None else time.repeat(-(-total // max(n, 1)))[:total]
+        return cls(src, dst, rep, rep, n, None)
+
+    def index(self, inv_src: Tensor, inv_dst: Tensor) -> tuple[Tensor, ...]:
+        """PyG's link fields from each endpoint's position among the sampled seeds:
+        (edge_label_index,) binary, (src_index, dst_pos_index, dst_neg_index) triplet."""
+        n, r = self.num_pos, self.neg_per_pos
+        if r is None:
+            return (torch.stack([inv_src, inv_dst]),)
+        neg = inv_dst[n:].view(r, n).t()
+        return inv_src, inv_dst[:n], neg.reshape(n, -1).squeeze(-1)
 
 
 def local_hop(
@@ -547,8 +605,9 @@ def _edge_time_hop(
     time: np.ndarray | None,
     strategy: str,
 ) -> HopResult:
-    """One hop filtered by edge time: the kernel's node-time filter run over edge positions
-    (`time[position]`), so the same kernel draws; neighbours are the rows at those positions."""
+    """One hop filtered by edge time: the kernel's node-time filter run over each column's
+    time-ordered edge positions (`time[position]`), so the same kernel draws; it returns the
+    positions drawn (its "neighbours"), and the neighbours are the rows at those positions."""
     colptr, row, _ = gs.csc_numpy(edge_type)
     timed = gs.edge_time_numpy(edge_type)
     if timed is None or time is None:
@@ -557,7 +616,7 @@ def _edge_time_hop(
         )
     else:
         edge_time, positions = timed
-        _, epos, counts = sample_hop(
+        epos, _, counts = sample_hop(
             colptr, positions, frontier, k, replace, seed, edge_time, time, strategy
         )
         nbrs = row[epos]

@@ -228,8 +228,10 @@ def join(
             )
         group = Group(ctx, init_timeout_s)
         try:
-            _start_samplers(group, (str(partition_root), master_addr, master_port,
-                                    rpc_timeout_s, init_timeout_s))  # fmt: skip
+            _start_samplers(
+                group,
+                (str(partition_root), master_addr, master_port, rpc_timeout_s, init_timeout_s),
+            )
             _init_rpc_watching(group, master_addr, master_port, num_rpc_threads, rpc_timeout_s)
         except BaseException:
             _reap(group, 0.0)
@@ -264,8 +266,14 @@ def _init_rpc_watching(
 
     def _run() -> None:
         try:
-            rpc.init_rpc(group.ctx, master_addr, master_port, threads,
-                         timeout_s=rpc_timeout_s, init_timeout_s=group.init_timeout_s)  # fmt: skip
+            rpc.init_rpc(
+                group.ctx,
+                master_addr,
+                master_port,
+                threads,
+                timeout_s=rpc_timeout_s,
+                init_timeout_s=group.init_timeout_s,
+            )
             outcome.append(None)
         except BaseException as err:  # handed to the waiting thread
             outcome.append(err)

@@ -13,11 +13,11 @@ import inspect
 import pytest
 import torch
 import torch.nn.functional as F
-from torch_geometric.data import Data
+from torch_geometric.data import Data, HeteroData
 
 from app.config import SamplerConfig
 from app.distributed import DistLinkNeighborLoader, DistNeighborLoader
-from app.distributed.engine import BatchEngine, Schedule
+from app.distributed.engine import BatchEngine, Schedule, attach_labels
 from app.distributed.feeding import InTrainer, SamplerProcesses, feeding_for
 from app.distributed.inputs import LinkInputs, NodeInputs
 from app.distributed.sampler import DistNeighborSampler, SamplerOptions
@@ -179,3 +179,34 @@ def test_a_schedule_samples_no_batch_past_its_cap_and_starts_the_next_epoch(stor
     engine.close()
     with pytest.raises(ValueError, match="Schedule\\(epochs=-1, max_batches=0\\): pass counts"):
         Schedule(epochs=-1)
+
+
+def test_temporal_link_settings_come_both_or_neither(stores):
+    edges = torch.randint(0, N, (2, 4), generator=torch.Generator().manual_seed(3))
+    with pytest.raises(ValueError, match="edge_label_time is not set while time_attr='edge_time'"):
+        DistLinkNeighborLoader(stores, [2], edge_label_index=edges, time_attr="edge_time")
+    with pytest.raises(ValueError, match="edge_label_time is set while time_attr=None"):
+        DistLinkNeighborLoader(stores, [2], edge_label_index=edges, edge_label_time=torch.ones(4))
+    with pytest.raises(ValueError, match="edge_label_time has 3 entries for 4 links"):
+        LinkInputs(edges, None, N, N, time=torch.arange(3))
+
+
+def test_a_label_tensor_on_a_hetero_link_batch_labels_its_edges():
+    """PyG's `feature.labels` rule: a lone tensor (a label file of per-edge ratings) gives the
+    link edge type's sampled edges their `y` by global edge id; {node type: labels} the nodes."""
+    rates = ("user", "rates", "movie")
+    batch = HeteroData()
+    batch["user"].n_id, batch["movie"].n_id = torch.tensor([3, 1]), torch.tensor([0, 2])
+    batch[rates].edge_index, batch[rates].e_id = (
+        torch.tensor([[0, 1], [1, 0]]),
+        torch.tensor([4, 2]),
+    )
+    ratings = torch.arange(10.0) / 2
+    attach_labels(
+        batch, ratings, LinkInputs(torch.zeros(2, 1, dtype=torch.long), rates, 4, 3).label_key
+    )
+    assert torch.equal(batch[rates].y, ratings[[4, 2]]) and "y" not in batch["user"]
+    attach_labels(batch, {"movie": torch.tensor([7, 8, 9])}, rates)
+    assert torch.equal(batch["movie"].y, torch.tensor([7, 9]))
+    with pytest.raises(ValueError, match="labels hold 3 rows, but the batch samples edge 4"):
+        attach_labels(HeteroData({rates: {"e_id": torch.tensor([4])}}), torch.ones(3), rates)

@@ -356,7 +356,9 @@ class DistLinkNeighborLoader(DistLoader):
 
     `edge_label_index`: `[2, E]` global ids (homogeneous), or `(edge_type, [2, E])` on a
     heterogeneous graph (the link fields then sit on the edge / end types, as locally).
-    Negatives are drawn in the trainer (`LinkInputs`).
+    Negatives are drawn in the trainer (`LinkInputs`). Temporal (`time_attr` and
+    `edge_label_time`, one time per link, both or neither as in PyG): every endpoint is a tree
+    sampled no later than its link's time (disjoint), the batch carries `edge_label_time`.
     """
 
     def __init__(
@@ -385,21 +387,19 @@ class DistLinkNeighborLoader(DistLoader):
         device: Any = None,
         **kwargs: Any,
     ) -> None:
-        if edge_label_time is not None:
+        if (edge_label_time is None) != (time_attr is None):
             raise ValueError(
-                "edge_label_time: DistLinkNeighborLoader does not sample temporally; pass None"
-            )
-        if time_attr:
-            raise ValueError(
-                f"time_attr={time_attr!r}: DistLinkNeighborLoader does not sample "
-                "temporally; set sampler.time_attr=null for link prediction"
+                f"edge_label_time is {'not ' if edge_label_time is None else ''}set while "
+                f"time_attr={time_attr!r}: temporal link sampling needs both (one time per "
+                "link, and the edge attribute holding edge times, e.g. 'edge_time'), else neither"
             )
         if isinstance(neg_sampling, NegativeSampling):
             neg_sampling, neg_sampling_ratio = neg_sampling.mode.value, neg_sampling.amount
         if neg_sampling not in (None, "binary", "triplet"):
             raise ValueError(f"neg_sampling={neg_sampling!r}: expected binary, triplet or None")
         ratio = 0.0 if neg_sampling is None else float(neg_sampling_ratio or 1.0)
-        self._given = (edge_label_index, edge_label, neg_sampling or "binary", ratio)
+        mode = neg_sampling or "binary"
+        self._given = (edge_label_index, edge_label, edge_label_time, mode, ratio)
         super().__init__(
             current_ctx,
             master_addr,
@@ -422,9 +422,15 @@ class DistLinkNeighborLoader(DistLoader):
         )
 
     def _inputs(self, sampler: DistNeighborSampler) -> LinkInputs:
-        edge_label_index, edge_label, mode, ratio = self._given
+        edge_label_index, edge_label, edge_label_time, mode, ratio = self._given
         gs = sampler.graph_store
         edge_type, edges = _links(gs, edge_label_index)
+        if sampler.temporal and not sampler.edge_level and ratio:
+            raise ValueError(
+                f"time_attr={sampler.options.time_attr!r} (node time) with negative sampling: "
+                "negatives here are not limited to nodes older than their link (PyG's rule); "
+                "sample by edge time (time_attr='edge_time') or pass neg_sampling=None"
+            )
         return LinkInputs(
             torch.as_tensor(edges, dtype=torch.int64),
             edge_type,
@@ -433,6 +439,7 @@ class DistLinkNeighborLoader(DistLoader):
             edge_label,
             mode,
             ratio,
+            None if edge_label_time is None else torch.as_tensor(edge_label_time),
         )
 
 
