@@ -34,7 +34,7 @@ remote features, hop requests (ids and replies), gradients (the model's paramete
 a ring all-reduce's 2(H-1)/H, computed) and framing (the interface counters minus the three).
 
     python -m bench.hosts [num_nodes] [steps] [hosts,...] [rates,...] [--step-s S]
-        [--gpu-step-ms MS] [--depths 2,6]
+        [--gpu-step-ms MS] [--depths 2,4]
 
 Needs root and network namespaces; elsewhere it prints why and records nothing.
 """
