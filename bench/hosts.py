@@ -181,10 +181,11 @@ def job_bytes(job_dir: Path) -> dict[str, float]:
 
 def report_gpuspeed(
     hosts: int, depth: int, res: dict[str, float], base: dict[str, float], grad_bytes: int,
-    rate: str, step_s: float,
+    rate: str, opts: argparse.Namespace,
 ) -> None:  # fmt: skip
     """The records of one depth of the regime (module docstring); `res` has `job_bytes`."""
-    tag = f"{hosts}hosts_{GPUSPEED}_d{depth}"
+    wire_dtype = "" if opts.feature_wire_dtype == "store" else f"_wire{opts.feature_wire_dtype}"
+    tag = f"{hosts}hosts_{GPUSPEED}_d{depth}{wire_dtype}"
     record(BENCH, f"epoch_time_{tag}_unshaped_s", base["epoch_time_s"], "s")
     record(BENCH, f"epoch_time_{tag}_s", res["epoch_time_s"], "s",
            "same job, unshaped testbed link", res["epoch_time_s"] / base["epoch_time_s"])  # fmt: skip
@@ -197,8 +198,8 @@ def report_gpuspeed(
                         ("gradient", grads), ("framing", wire - features - hops - grads)):  # fmt: skip
         record(BENCH, f"{part}_bytes_per_batch_{tag}", value, "bytes")
     link_s = wire * 8 / (parse_rate(rate) or 1)
-    record(BENCH, f"link_time_per_batch_{tag}_s", link_s, "s", f"the {step_s:g} s step",
-           link_s / step_s)  # fmt: skip
+    record(BENCH, f"link_time_per_batch_{tag}_s", link_s, "s", f"the {opts.step_s:g} s step",
+           link_s / opts.step_s)  # fmt: skip
 
 
 def gpuspeed(
@@ -210,17 +211,18 @@ def gpuspeed(
     env = {STEP_ENV: str(opts.step_s)}
     print(f"  {GPUSPEED}: step {opts.step_s:g} s (GPU {opts.gpu_step_ms:g} ms), link {rate}")
     for depth in opts.depths:
-        args = [*base_args, f"sampler.concurrency={depth}", FIXED_STEP, "train.epochs=3"]
+        args = [*base_args, f"sampler.concurrency={depth}", FIXED_STEP, "train.epochs=3",
+                f"sampler.feature_wire_dtype={opts.feature_wire_dtype}"]  # fmt: skip
         runs = {}
         for shaped in (None, rate):
             tb.up(shaped)
-            tag = f"{hosts}-{GPUSPEED}-{shaped}-d{depth}"
+            tag = f"{hosts}-{GPUSPEED}-{shaped}-d{depth}-{opts.feature_wire_dtype}"
             run_hosts(tb, out, args, tag, env)
             middle = epoch_lines(out / f"hosts-{tag}")[1]  # both of its boundaries span
             runs[shaped] = {k: float(middle[k]) for k in ("epoch_time_s", "data_wait_frac")}
             spread = job_bytes(out / f"hosts-{tag}")
             runs[shaped].update({f"job_{k}": v for k, v in spread.items()})
-        report_gpuspeed(hosts, depth, runs[rate], runs[None], grad_bytes, rate, opts.step_s)
+        report_gpuspeed(hosts, depth, runs[rate], runs[None], grad_bytes, rate, opts)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -232,6 +234,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--step-s", type=float, default=1.0, help="the fixed step of gpuspeed (s)")
     p.add_argument("--gpu-step-ms", type=float, default=GPU_STEP_MS, help="the GPU's step")
     p.add_argument("--depths", default="2,4", help="gpuspeed: sampler.concurrency values")
+    p.add_argument("--feature-wire-dtype", default="store", choices=("store", "float16", "bfloat16"),
+                   help="gpuspeed: sampler.feature_wire_dtype (records tagged _wire<dtype>)")  # fmt: skip
     opts = p.parse_args(argv)
     opts.hosts = [int(h) for h in opts.hosts.split(",")]
     opts.rates = opts.rates.split(",")
