@@ -184,7 +184,7 @@ class LocalGather:
                 nodes.update({key: rows(out.node) for key, rows in self.features.items()})
             return nodes, _take(self.data, self.edge_keys, out.edge)
         nodes = {
-            nt: _take(self.data[nt], keys, out.node.get(nt), self.pool)
+            nt: _take(self.data[nt], keys, out.node.get(nt), self.pool, f"{nt}.")
             for nt, keys in self.node_keys.items()
         }
         edges = {
@@ -218,9 +218,12 @@ def _keys(store, node: bool) -> list[str]:
     return keys
 
 
-def _take(store, keys: list[str], index: Tensor | None, pool: BufferPool | None = None) -> Attrs:
+def _take(
+    store, keys: list[str], index: Tensor | None, pool: BufferPool | None = None, prefix: str = ""
+) -> Attrs:
     """Rows `index` of each attribute `keys` of `store`: into a buffer of `pool` if given
-    (host-held attributes), else a new tensor."""
+    (host-held attributes; buffers named `prefix + key`, one kind per node type), else a new
+    tensor."""
     if index is None:
         return {}
     out = {}
@@ -231,6 +234,6 @@ def _take(store, keys: list[str], index: Tensor | None, pool: BufferPool | None 
             if pool is None or value.device.type != "cpu":
                 out[key] = value.index_select(0, index)
                 continue
-            rows = pool.rows(key, index.numel(), tuple(value.shape[1:]), value.dtype)
+            rows = pool.rows(prefix + key, index.numel(), tuple(value.shape[1:]), value.dtype)
             out[key] = torch.index_select(value, 0, index, out=rows)
     return out

@@ -60,6 +60,13 @@ def _t(a: np.ndarray) -> Tensor:
     return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))
 
 
+def _own(a: np.ndarray | None) -> Tensor:
+    """A copy of a relabeler's view as a tensor: the relabeler is reused by the next sample, so
+    a batch kept meanwhile must not share its arrays."""
+    assert a is not None  # a relabeler's batch ids, asked for in disjoint sampling only
+    return _t(a.copy())
+
+
 # Fan-outs #########################################################################################
 
 
@@ -155,11 +162,11 @@ def sample_multi_hop(
         nse.append(nbrs.shape[0])
         begin, end = end, len(rel)
     out = SamplerOutput(
-        node=_t(rel.nodes),
+        node=_own(rel.nodes),
         row=_t(np.concatenate(rows) if rows else np.empty(0, np.int64)),
         col=_t(np.concatenate(cols) if cols else np.empty(0, np.int64)),
         edge=_t(np.concatenate(edges) if edges else np.empty(0, np.int64)),
-        batch=_t(rel.batch) if disjoint else None,
+        batch=_own(rel.batch) if disjoint else None,
         num_sampled_nodes=nsn,
         num_sampled_edges=nse,
     )
@@ -245,11 +252,11 @@ def _cat(chunks: list[np.ndarray]) -> Tensor:
 
 def _hetero_output(st: _HeteroState, parts, nse, disjoint) -> HeteroSamplerOutput:
     out = HeteroSamplerOutput(
-        node={nt: _t(r.nodes) for nt, r in st.rels.items()},
+        node={nt: _own(r.nodes) for nt, r in st.rels.items()},
         row={et: _cat(p[0]) for et, p in parts.items()},
         col={et: _cat(p[1]) for et, p in parts.items()},
         edge={et: _cat(p[2]) for et, p in parts.items()},
-        batch={nt: _t(r.batch) for nt, r in st.rels.items()} if disjoint else None,
+        batch={nt: _own(r.batch) for nt, r in st.rels.items()} if disjoint else None,
         num_sampled_nodes=st.nsn,
         num_sampled_edges=nse,
     )

@@ -10,7 +10,7 @@ import torch
 
 from app.loader import NeighborLoader
 from app.sampler.buffers import BufferPool
-from tests.helpers.toy import toy_graph
+from tests.helpers.toy import toy_graph, toy_hetero
 
 
 def test_a_dropped_buffer_is_reused_a_held_one_is_not():
@@ -59,3 +59,12 @@ def test_a_loader_reuses_the_buffers_of_dropped_batches():
     loader = NeighborLoader(toy_graph(), [3, 2], batch_size=16)
     ptrs = {batch.x.data_ptr() for batch in loader}  # each batch dropped after the next one
     assert len(loader) >= 15 and len(ptrs) <= 4
+
+
+def test_kept_hetero_batches_are_not_overwritten():
+    data = toy_hetero()
+    data["author"].x = torch.randn(data["author"].num_nodes, 6)  # same attribute, two types
+    loader = NeighborLoader(data, [3, 2], input_nodes="paper", batch_size=16, shuffle=True)
+    for batch in list(loader) + list(loader):
+        for nt in ("paper", "author"):
+            assert torch.equal(batch[nt].x, data[nt].x[batch[nt].n_id])
