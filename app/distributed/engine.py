@@ -77,6 +77,7 @@ class BatchEngine:
         self.feature_store: LocalFeatureStore = sampler.feature_store
         self.graph_store: LocalGraphStore = sampler.graph_store
         self.labels = find_labels(self.feature_store, self.graph_store)
+        self._label_key = label_key(self.labels, inputs.label_key, self.graph_store)
         self.epoch = 0
         self._last_stats: dict[str, float] = {}
         self._warming = feeding.prepare(sampler)
@@ -189,7 +190,7 @@ class BatchEngine:
     def _finish(self, out: Any) -> Any:
         """Labels from the label file (a partition without `y`), `device`, `transform`."""
         if self.labels is not None:
-            attach_labels(out, self.labels, self.inputs.label_key)
+            attach_labels(out, self.labels, self._label_key)
         if self.device is not None:
             out = out.to(self.device)
         return self.transform(out) if self.transform else out
@@ -234,6 +235,17 @@ def find_labels(fs: LocalFeatureStore, gs: LocalGraphStore) -> Any:
     (`gs.labels`, read by `LocalGraphStore.from_partition`); None when there are none."""
     labels = getattr(fs, "labels", None)
     return labels if labels is not None else getattr(gs, "labels", None)
+
+
+def label_key(labels: Any, key: str | EdgeType | None, gs: LocalGraphStore) -> Any:
+    """Whose labels a lone label tensor holds: on a heterogeneous link loader, the nodes of an
+    end type when it has one label per node of that type (a node label file beside a link
+    loader), else the link type's edges (PyG's rule); otherwise `key` as given."""
+    if isinstance(key, tuple) and isinstance(labels, Tensor):
+        for node_type in (key[0], key[-1]):
+            if labels.size(0) == gs.num_nodes(node_type):
+                return node_type
+    return key
 
 
 def attach_labels(data: Any, labels: Any, key: str | EdgeType | None) -> None:

@@ -17,7 +17,7 @@ from torch_geometric.data import Data, HeteroData
 
 from app.config import SamplerConfig
 from app.distributed import DistLinkNeighborLoader, DistNeighborLoader
-from app.distributed.engine import BatchEngine, Schedule, attach_labels
+from app.distributed.engine import BatchEngine, Schedule, attach_labels, label_key
 from app.distributed.feeding import InTrainer, SamplerProcesses, feeding_for
 from app.distributed.inputs import LinkInputs, NodeInputs
 from app.distributed.sampler import DistNeighborSampler, SamplerOptions
@@ -210,3 +210,18 @@ def test_a_label_tensor_on_a_hetero_link_batch_labels_its_edges():
     assert torch.equal(batch["movie"].y, torch.tensor([7, 9]))
     with pytest.raises(ValueError, match="labels hold 3 rows, but the batch samples edge 4"):
         attach_labels(HeteroData({rates: {"e_id": torch.tensor([4])}}), torch.ones(3), rates)
+
+
+def test_a_lone_label_tensor_is_read_by_its_length_on_a_hetero_link_loader(tmp_path):
+    """One label per node of an end type: that type's node labels (a node label file beside a
+    link loader); otherwise one per edge of the link type (PyG's rule)."""
+    rates = ("user", "rates", "movie")
+    data = HeteroData()
+    data["user"].num_nodes, data["movie"].x = 6, torch.randn(4, 2)
+    data[rates].edge_index = torch.tensor([[0, 1, 2, 5, 3], [0, 1, 3, 2, 2]])
+    partition_graph(data, tmp_path / "p", 1, method="random")
+    gs = load_stores(str(tmp_path / "p"), 0)[1]
+    assert label_key(torch.ones(5), rates, gs) == rates
+    assert label_key(torch.ones(4), rates, gs) == "movie"
+    assert label_key({"user": torch.ones(6)}, rates, gs) == rates
+    assert label_key(torch.ones(4), "movie", gs) == "movie"
