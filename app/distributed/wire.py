@@ -58,8 +58,10 @@ class IdWire:
     edge_dtype: torch.dtype | None = None
 
     def __post_init__(self) -> None:
-        for what, space, key in (("node", self.nodes, "node_dtype"),
-                                 ("edge", self.edges, "edge_dtype")):  # fmt: skip
+        for what, space, key in (
+            ("node", self.nodes, "node_dtype"),
+            ("edge", self.edges, "edge_dtype"),
+        ):
             want = getattr(self, key)
             if want is None:
                 object.__setattr__(self, key, space_dtype(space))

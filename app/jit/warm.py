@@ -107,9 +107,15 @@ def _stream_partition(cfg: object) -> None:
     with tempfile.TemporaryDirectory(prefix="distgnn-warm-") as tmp:
         graph = generate_products_chunked(cfg, 0, Path(tmp, "chunked"))  # type: ignore[arg-type]
         stream_partition(
-            ChunkedGraph(graph), Path(tmp, "parts"), 2, params={}, fingerprint="warm",
-            dataset_fingerprint="warm", relabel=True, order="locality",
-        )  # fmt: skip
+            ChunkedGraph(graph),
+            Path(tmp, "parts"),
+            2,
+            params={},
+            fingerprint="warm",
+            dataset_fingerprint="warm",
+            relabel=True,
+            order="locality",
+        )
 
 
 def warm() -> float:

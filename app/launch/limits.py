@@ -127,9 +127,13 @@ class HostMemory:
     @property
     def total(self) -> int:
         return (
-            self.partition + self.halo + self.cache + self.processes + self.eval_tables
+            self.partition
+            + self.halo
+            + self.cache
+            + self.processes
+            + self.eval_tables
             + self.batches
-        )  # fmt: skip
+        )
 
     def terms(self) -> dict[str, int]:
         return {
