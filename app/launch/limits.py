@@ -228,7 +228,9 @@ def _measured_hosts(cfg: Config, root: Path) -> list[HostMemory]:
     meta = json.loads((root / "META.json").read_text())
     stats = {s["part"]: s for s in meta.get("stats", {}).get("parts", [])}
     shared = sum(f.stat().st_size for f in root.glob("node_map*.pt"))
-    batches = batch_bytes(cfg, int(meta["num_nodes"]), cfg.dataset.num_features)
+    num_nodes = meta["num_nodes"]  # a count per node type in a heterogeneous partition
+    total = sum(num_nodes.values()) if isinstance(num_nodes, dict) else int(num_nodes)
+    batches = batch_bytes(cfg, total, cfg.dataset.num_features)
     hosts = []
     for p in range(int(meta["num_parts"])):
         files = sum(f.stat().st_size for f in (root / f"part_{p}").glob("*.pt"))
