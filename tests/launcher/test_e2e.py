@@ -18,7 +18,6 @@ import psutil
 import pytest
 
 from app.tracking.report import main as report
-from app.tracking.summary import sweep_url
 from tests.helpers.jobs import (
     REPO,
     Console,
@@ -27,6 +26,7 @@ from tests.helpers.jobs import (
     stop_and_tell,
     wait_for_job,
 )
+from tests.helpers.sweeps import HEADER, check_sweep_ends
 from tests.helpers.torchrun import torchrun_cmd
 
 pytestmark = pytest.mark.dist
@@ -140,25 +140,12 @@ def test_multirun_nests_jobs_under_one_parent(shared, tmp_path, capsys):
     for n in (0, 1):
         assert json.loads((sweep / str(n) / "result.json").read_text())["epochs_done"] == 3
 
-    out, (parent,) = proc.stdout, parents
-    header = "| job | model.hidden_channels | status   | val_acc | test_acc | train_acc | loss"
-    assert f"sweep {sweep}: 2 jobs\n{header}" in out
-    assert "\nbest: job " in out and "val_acc=" in out
-    assert (sweep / "summary.md").read_text().count("| FINISHED |") == 2
-    assert parent.data.tags["sweep_dir"] == str(sweep)
-    assert parent.data.params["monitor"] == "val_acc"
-    assert parent.data.params["best_job"] in ("0", "1")
-    assert 0 <= float(parent.data.params["best_val_acc"]) <= 1
-    assert not parent.data.metrics  # charts: the jobs' curves, no one-bar charts of the parent
-    assert "sweep_summary.md" in {a.path for a in client.list_artifacts(parent.info.run_id)}
-    assert f"MLflow parent run {parent.info.run_id}" in out
-    link = sweep_url(parent.info.experiment_id, parent.info.run_id, "val_acc")
-    assert f"\ncharts: {link}\n" in out  # the jobs' curves (tests/unit/test_ui_links.py)
+    check_sweep_ends(proc.stdout, sweep, client, parents[0])
 
     capsys.readouterr()
     assert report([str(sweep)]) == 0
     table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
-    assert table[0].startswith(header)
+    assert table[0].startswith(HEADER)
     assert [row.split("|")[2].strip() for row in table[1:]] == ["32", "64"]
 
 
