@@ -204,7 +204,8 @@ def test_killed_generation_leaves_nothing_after_the_next_run(tmp_path):
 @pytest.mark.dist
 def test_partition_cli_on_a_bad_chunk_is_one_line_and_no_run_left_running(tmp_path):
     """`task=partition partition=stream` on a chunked copy with an out-of-range id: rc 1,
-    one line naming the chunk and the value, no tmp folder, the MLflow run FAILED."""
+    one line naming the chunk and the value, no tmp folder (and no MLflow run: a partition-only
+    task opens no store, tests/unit/test_cli.py)."""
     import app.partition.task as task
     from app.config import to_config
     from tests.helpers.jobs import run_app
@@ -232,12 +233,7 @@ def test_partition_cli_on_a_bad_chunk_is_one_line_and_no_run_left_running(tmp_pa
     assert lines == [lines[-1]] and "edges/000000.npy: node id 2147483647 out of range" in lines[0]
     assert "Traceback" not in proc.stderr
     assert not list((tmp_path / "partitions").glob("*.tmp-*"))
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(cfg.tracking_uri)
-    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
-    assert [r.info.status for r in runs] == ["FAILED"]
-    assert "out of range" in runs[0].data.tags["error"]
+    assert not (tmp_path / "mlflow.db").exists()  # a partition-only task opens no store
 
 
 def test_a_manifest_whose_num_nodes_disagrees_with_its_chunks_is_one_line(tmp_path):
