@@ -120,6 +120,7 @@ class Console:
     def add(self, data: bytes) -> None:
         now = time.monotonic()
         with self.lock:
+            self.factor = max(self.factor, load_factor())  # the job's own processes load it
             for text in data.decode(errors="replace").replace("\r", "\n").split("\n")[:-1]:
                 self.lines.append((now, text))
 
