@@ -69,10 +69,11 @@ class PeerWatch:
 
     def _connect(self) -> Any:
         """A client of node 0's store. A port that does not accept fails first, here, in
-        Python: torch's connect retries for seconds and prints a C++ backtrace per try."""
+        Python: torch's connect retries for seconds and prints a C++ backtrace per try. The
+        port is tried before torch is imported, so a close() never waits on that import."""
+        socket.create_connection((self.master_addr, self.port), STORE_OP_TIMEOUT_S).close()
         from torch.distributed import TCPStore
 
-        socket.create_connection((self.master_addr, self.port), STORE_OP_TIMEOUT_S).close()
         return TCPStore(
             self.master_addr,
             self.port,
