@@ -46,7 +46,7 @@ format: install  ## ruff autofix + format
 	$(BIN)/ruff format app launchers tests bench tools
 
 test: lint typecheck  ## lint, type check, then the test suite but the `long` tests (unit + multi-process: docs/testing.md)
-	$(BIN)/python -m pytest tests -m "not long" --durations=15
+	$(BIN)/python -m pytest tests -m "not long" --durations=25
 
 test-fast: install  ## the tests that start no process (not dist, long or gpu): under 2 minutes
 	$(BIN)/python -m pytest tests -m "not dist and not long and not gpu"

@@ -13,9 +13,8 @@ RPC init, the first batches); `run` strikes 0-3 s after the first epoch's metric
 MLflow run exists and the job is training, evaluating or writing one of the checkpoints it
 writes every 2 steps (small batches: 4 steps an epoch, 50 epochs).
 
-`make test` runs TRIALS=2 (SIGTERM on the launcher while training, SIGKILL on a child at
-start-up); `make chaos` runs
-DISTGNN_CHAOS_TRIALS (default 30) with SIGSTOP too (a stopped child is named by its missing
+`make test-long` runs TRIALS=2 (SIGTERM on the launcher while training, SIGKILL on a child at
+start-up); `make chaos` runs DISTGNN_CHAOS_TRIALS (default 30) with SIGSTOP too (a stopped child is named by its missing
 heartbeat, `app.launch.heartbeat`), and writes every trial to DISTGNN_CHAOS_REPORT (JSON).
 """
 
@@ -36,7 +35,7 @@ import pytest
 
 from tests.helpers.jobs import REPO, run_app, stop_and_tell, wait_for_job
 
-pytestmark = pytest.mark.dist
+pytestmark = [pytest.mark.dist, pytest.mark.long]  # make chaos, make test-long
 
 TRIALS = int(os.environ.get("DISTGNN_CHAOS_TRIALS", "2"))
 SIGNALS = os.environ.get("DISTGNN_CHAOS_SIGNALS", "KILL,TERM").split(",")

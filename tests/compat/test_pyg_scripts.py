@@ -127,7 +127,13 @@ def test_node_classification(root, dataset, workers):
         assert f"[node {rank}] epoch 0: loss" in out
 
 
-@pytest.mark.parametrize(("dataset", "workers"), [("homo", 0), ("hetero", 2)])
+@pytest.mark.parametrize(
+    ("dataset", "workers"),
+    [
+        pytest.param("homo", 0, marks=pytest.mark.long),
+        ("hetero", 2),
+    ],  # long: hetero-2 is the harder
+)
 def test_link_prediction(root, dataset, workers):
     ddp, port = free_ports(2)
     outs = run_ranks("link_sage.py", "--dataset", dataset, "--dataset_root_dir", str(root),

@@ -214,6 +214,7 @@ def _start_long_job(shared: Path, tmp_path: Path, *extra: str) -> tuple[subproce
     return launcher, job
 
 
+@pytest.mark.long  # test_spawn stops the children on SIGINT; test_trust_launch a real job on SIGTERM
 def test_sigint_on_launcher_stops_job_and_marks_run_killed(shared, tmp_path):
     launcher, job = _start_long_job(shared, tmp_path)
     try:
@@ -242,6 +243,7 @@ def test_sigint_on_launcher_stops_job_and_marks_run_killed(shared, tmp_path):
     assert run.info.status == "KILLED"
 
 
+@pytest.mark.long  # a whole job for what test_train's 2-rank DDP run proves in make test
 def test_uneven_batches(shared, tmp_path):
     """Ranks with different batch counts finish every epoch (Join). Resume at 2 nodes is
     tested by test_parity's heterogeneous job and, mid-epoch, by the `long` fault tests."""

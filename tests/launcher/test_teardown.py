@@ -38,6 +38,7 @@ def test_culprit_is_the_childs_error_line():
 
 
 @pytest.mark.dist
+@pytest.mark.long  # test_dist_faults names a killed sampler, test_console a child's culprit line
 def test_killed_sampler_fails_the_run_with_the_culprit_line(made, tmp_path):  # noqa: F811
     from mlflow.tracking import MlflowClient
 

@@ -49,6 +49,7 @@ def test_held_out_links_and_reverses_never_pass_messages(compose):
 
 
 @pytest.mark.dist
+@pytest.mark.long  # test_parity's hetero link job covers the path in make test
 def test_mag_link_experiment_learns_and_logs_auc(tmp_path):
     from mlflow.tracking import MlflowClient
 
