@@ -22,6 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.helpers.load import scaled
 from tests.helpers.ports import free_ports
 
 HERE = Path(__file__).resolve().parent
@@ -244,8 +245,8 @@ def test_a_signal_during_start_up_ends_the_rank_and_its_samplers(real_root, sig)
         assert len(started) >= 3, f"fork server and 2 samplers expected: {started}"
         t0 = time.monotonic()
         os.killpg(rank0.pid, sig) if sig == signal.SIGINT else rank0.send_signal(sig)
-        rank0.wait(timeout=30)
-        _, alive = psutil.wait_procs(started, timeout=20)
+        rank0.wait(timeout=scaled(30))
+        _, alive = psutil.wait_procs(started, timeout=scaled(20))
         assert not alive, f"left running {time.monotonic() - t0:.1f} s after {sig!r}: {alive}"
     finally:
         _end_all(rank0, rank1)
@@ -264,5 +265,5 @@ def test_start_up_wait_is_bounded_with_one_line(real_root):
         _end_all(rank0, rank1)
     assert rank0.returncode != 0
     assert "did not gather its 6 processes" in out and "init_timeout=" in out, out[-3000:]
-    _, alive = psutil.wait_procs(started, timeout=20)
+    _, alive = psutil.wait_procs(started, timeout=scaled(20))
     assert not alive, f"left running: {alive}"
