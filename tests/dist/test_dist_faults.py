@@ -21,7 +21,7 @@ from app.distributed import DistContext, RpcInitError, init_rpc
 from app.distributed.shm import PREFIX, SHM_DIR
 from tests.helpers.dist_graphs import write_homo
 from tests.helpers.dist_procs import Job, write_spec
-from tests.helpers.load import Budget
+from tests.helpers.load import Budget, scaled
 from tests.helpers.ports import free_port
 
 pytestmark = pytest.mark.dist
@@ -85,7 +85,7 @@ def test_sigint_to_a_sampler_process_stops_it_as_sigterm_does(tmp_path, homo_gra
     assert code == 1 and left, log[-2000:]
     # until it left RPC (its own log line), not until the interpreter's teardown ended
     took = (datetime.strptime(left[1], "%Y-%m-%d %H:%M:%S,%f") - sent).total_seconds()
-    assert took < 15, f"the sampler took {took:.0f} s to leave RPC after {sig.name}"
+    assert took < scaled(15), f"the sampler took {took:.0f} s to leave RPC after {sig.name}"
     for p in range(2):  # its peers see it gone, as after SIGTERM or SIGKILL
         assert codes[f"trainer{p}-0"] == 3, job.report()
 
@@ -112,4 +112,4 @@ def test_unreachable_master_is_a_clear_error():
         RpcInitError, match=f"RPC master 127.0.0.1:{port} did not accept connections"
     ):
         init_rpc(_ctx(1), "127.0.0.1", port, timeout_s=5, init_timeout_s=1)
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < scaled(10)

@@ -9,6 +9,7 @@ from hydra.errors import ConfigCompositionException
 
 from app.config import Config, ConfigError, check_overrides
 from tests.helpers.jobs import run_app
+from tests.helpers.load import scaled
 
 
 @pytest.mark.parametrize(
@@ -111,7 +112,7 @@ def test_cli_typo_fails_fast_naming_the_key():
     proc = run_app("+experiment=products_homo", "train.epochz=3", timeout=30)
     assert proc.returncode != 0
     assert "config error: train.epochz=3: unknown key" in proc.stderr
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < scaled(10)
 
 
 @pytest.mark.dist
