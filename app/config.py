@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import II, OmegaConf
 
 from app.model.registry import MODELS, is_builder
@@ -321,7 +320,12 @@ def unique_job_dir(parent: str) -> str:
 
 
 def register_configs() -> None:
-    """Register the root schema, one `<group>/schema` entry per group, and our resolvers."""
+    """Register the root schema, one `<group>/schema` entry per group, and our resolvers.
+
+    Hydra is imported here, not at the top: a job's processes load their config with OmegaConf
+    alone (`load_config`), and a sampler process must not pay for Hydra (issue 38)."""
+    from hydra.core.config_store import ConfigStore
+
     OmegaConf.register_new_resolver("distgnn_unique_dir", unique_job_dir, replace=True)
     cs = ConfigStore.instance()
     cs.store(name="schema", node=Config)

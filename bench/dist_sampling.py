@@ -360,7 +360,7 @@ def _child(role: str, node: int, root: str, workdir: str, port: int, cache: int)
 IDLE = """
 import sys, time
 from torch.distributed import rpc
-import app.distributed
+import app.distributed.workers
 from app.sampler.kernel import warmup
 from tests.helpers.ports import free_port
 warmup()
