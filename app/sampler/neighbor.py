@@ -161,8 +161,8 @@ def sample_multi_hop(
         fb = rel.batch[begin:end].copy() if disjoint else None
         time = None if times is None else times[fb]
         nbrs, eids, counts = _call_hop(hop_fn, frontier, k, hop, time, "")
-        col = np.repeat(np.arange(begin, end, dtype=np.int64), counts)
-        rows.append(rel.add(nbrs, np.repeat(fb, counts) if disjoint else None))
+        row, col = rel.add_hop(nbrs, counts, np.arange(begin, end, dtype=np.int64), fb)
+        rows.append(row)
         cols.append(col)
         edges.append(eids)
         nsn.append(len(rel) - end)
@@ -246,9 +246,9 @@ def _sample_edge_type(st: _HeteroState, et, hop_fn, k, hop, times, disjoint, par
     fb = st.rels[dst].batch[b:e].copy() if disjoint else None
     time = None if times is None else times[fb]
     nbrs, eids, counts = _call_hop(hop_fn, frontier, k, hop, time, f"[{et}]")
-    row = st.rels[src].add(nbrs, np.repeat(fb, counts) if disjoint else None)
+    row, col = st.rels[src].add_hop(nbrs, counts, np.arange(b, e, dtype=np.int64), fb)
     parts[0].append(row)
-    parts[1].append(np.repeat(np.arange(b, e, dtype=np.int64), counts))
+    parts[1].append(col)
     parts[2].append(eids)
     return nbrs.shape[0]
 
