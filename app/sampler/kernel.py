@@ -272,46 +272,63 @@ def _add_keyed(keys, vals, slots, nodes, batch, count, new, new_batch, num_nodes
 
 
 @njit(cache=True, nogil=True)
+def _hop_columns(counts, dst_local, cols):
+    """cols: dst_local[i] repeated counts[i] times, in turn."""
+    j = 0
+    for i in range(counts.shape[0]):
+        c = counts[i]
+        cols[j : j + c] = dst_local[i]
+        j += c
+
+
+@njit(cache=True, nogil=True)
 def _add_hop(
     nmap, keys, vals, slots, nodes, batch, count, nbrs, counts, dst_local, dst_tree, num_nodes
 ):
-    """One hop's neighbours relabelled and its edges' columns written in one pass: neighbour j
-    of frontier entry i (counts[i] each, in order) gets its local id in rows[j] (unseen nodes the
-    next ids; disjoint: keyed by (dst_tree[i], node)) and dst_local[i] in cols[j]. Returns
-    (rows, cols, count, bad): bad is the first j with nbrs[j] outside [0, num_nodes), where the
-    pass stopped (count then covers the nodes added before it), or -1."""
-    rows = np.empty(nbrs.shape[0], np.int64)
-    cols = np.empty(nbrs.shape[0], np.int64)
-    disjoint = dst_tree.shape[0] > 0
+    """One hop's edges in local ids in one call: neighbour j of frontier entry i (counts[i]
+    each, in order) gets its local id in rows[j] (unseen nodes the next ids; disjoint, when
+    dst_tree is given: keyed by (dst_tree[i], node)) and dst_local[i] in cols[j]. Two tight
+    loops, not one: a fused loop was slower. Returns (rows, cols, count, bad): bad is the first
+    j with nbrs[j] outside [0, num_nodes), where relabelling stopped (count then covers the
+    nodes added before it), -2 when counts do not sum to the neighbours' number, or -1."""
+    m = nbrs.shape[0]
+    rows = np.empty(m, np.int64)
+    cols = np.empty(m, np.int64)
+    if counts.sum() != m:
+        return rows, cols, count, -2
+    if dst_tree.shape[0] == 0:
+        for j in range(m):
+            u = nbrs[j]
+            if u < 0 or u >= num_nodes:
+                return rows, cols, count, j
+            loc = nmap[u]
+            if loc < 0:
+                loc = count
+                nmap[u] = count
+                nodes[count] = u
+                count += 1
+            rows[j] = loc
+        _hop_columns(counts, dst_local, cols)
+        return rows, cols, count, -1
     j = 0
     for i in range(counts.shape[0]):
-        d = dst_local[i]
+        b = dst_tree[i]
         for _ in range(counts[i]):
             u = nbrs[j]
             if u < 0 or u >= num_nodes:
                 return rows, cols, count, j
-            if disjoint:
-                b = dst_tree[i]
-                key = b * num_nodes + u
-                h = _slot(keys, key)
-                if keys[h] == -1:
-                    keys[h] = key
-                    vals[h] = count
-                    slots[count] = h
-                    nodes[count] = u
-                    batch[count] = b
-                    count += 1
-                loc = vals[h]
-            else:
-                loc = nmap[u]
-                if loc < 0:
-                    loc = count
-                    nmap[u] = count
-                    nodes[count] = u
-                    count += 1
-            rows[j] = loc
-            cols[j] = d
+            key = b * num_nodes + u
+            h = _slot(keys, key)
+            if keys[h] == -1:
+                keys[h] = key
+                vals[h] = count
+                slots[count] = h
+                nodes[count] = u
+                batch[count] = b
+                count += 1
+            rows[j] = vals[h]
             j += 1
+    _hop_columns(counts, dst_local, cols)
     return rows, cols, count, -1
 
 
@@ -403,21 +420,23 @@ class Relabeler:
         beside `np.repeat(dst_local, counts)`, without the repeats or a second pass."""
         nbrs = as_index_array(nbrs, "nbrs")
         counts, dst_local = np.asarray(counts, np.int64), np.asarray(dst_local, np.int64)
-        if counts.shape != dst_local.shape or int(counts.sum()) != nbrs.shape[0]:
-            raise ValueError(
-                f"add_hop: {counts.shape[0]} counts summing to {int(counts.sum())} for "
-                f"{dst_local.shape[0]} frontier entries and {nbrs.shape[0]} neighbours"
-            )
-        self._reserve(nbrs.shape[0])
         tree = (
             np.asarray(dst_tree, np.int64) if self.disjoint and dst_tree is not None else _NO_TREE
         )
-        if self.disjoint and tree.shape != counts.shape:
-            raise ValueError(f"a disjoint add_hop needs one tree per frontier entry ({tree.shape})")
+        if counts.shape != dst_local.shape or (self.disjoint and tree.shape != counts.shape):
+            raise ValueError(
+                f"add_hop: {counts.shape[0]} counts, {dst_local.shape[0]} local ids and "
+                f"{tree.shape[0]} trees (disjoint: {self.disjoint}); pass one per frontier entry"
+            )
+        self._reserve(nbrs.shape[0])
         rows, cols, self._count, bad = _add_hop(
             self._map, self._keys, self._vals, self._slots, self._nodes, self._batch,
             self._count, nbrs, counts, dst_local, tree, self.num_nodes,
         )  # fmt: skip
+        if bad == -2:
+            raise ValueError(
+                f"add_hop: counts sum to {int(counts.sum())} for {nbrs.shape[0]} neighbours"
+            )
         if bad >= 0:  # the nodes added before it stay counted, so `reset` clears them
             self._check(nbrs)  # raises, naming the range
         return rows, cols

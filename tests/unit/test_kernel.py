@@ -172,7 +172,7 @@ def test_add_hop_refuses_bad_ids_and_stays_resettable():
     rel = Relabeler(10)
     with pytest.raises(ValueError, match=r"\[0, 10\)"):
         rel.add_hop(np.array([3, 4, 12]), np.array([2, 1]), np.array([0, 1]))
-    with pytest.raises(ValueError, match="counts summing to 2 for 2 frontier entries and 3"):
+    with pytest.raises(ValueError, match="counts sum to 2 for 3 neighbours"):
         rel.add_hop(np.array([3, 4, 5]), np.array([1, 1]), np.array([0, 1]))
     rel.reset()  # the nodes added before the bad one are cleared with it
     assert rel.add([4, 3]).tolist() == [0, 1] and len(rel) == 2
