@@ -1,6 +1,6 @@
 """Interleaved A/B of the local loader's CPU per batch: two code trees, the same batches.
 
-    python -m bench.loader_ab OLD_TREE NEW_TREE [batches]     # default 16 batches each
+    python -m bench.loader_ab OLD_TREE NEW_TREE [batches] [--dist]   # default 16 batches each
 
 Each tree (a checkout or an export of a commit, e.g. `git archive <commit> | tar x -C DIR`)
 runs `NeighborLoader.collate` in a child process of its own on the `dist_sampling` bench's
@@ -9,6 +9,11 @@ thread); the children build one batch at a time in turn (old, new, new, old, ...
 holding the previous batch, so both see the same machine load. Printed: the median process CPU
 per batch of each tree after 3 warm-up batches, its per-stage split (`app.sampler.stages`,
 where the tree has it), and new ÷ old.
+
+`--dist`: the distributed sampler instead (`DistNeighborSampler.sample_batch`, in process, on
+one partition of the same graph written once under /tmp by this tree's partitioner): its hop
+loop, relabelling and assembly as a sampler process runs them, without RPC (one partition
+owns every node, so nothing is routed to a peer).
 """
 
 from __future__ import annotations
@@ -43,9 +48,45 @@ for index, seed in loader.epoch_jobs():
 """
 
 
-def _child(tree: Path) -> subprocess.Popen:
+DIST_CHILD = r"""
+import sys, time, torch
+torch.set_num_threads(1)
+import numpy as np
+from bench.dist_sampling import BATCH, FANOUT
+from app.distributed.sampler import DistNeighborSampler, SamplerOptions
+from app.distributed.server import load_stores
+from app.sampler.stages import snapshot
+sampler = DistNeighborSampler(load_stores(sys.argv[1], 0), options=SamplerOptions(FANOUT))
+sampler.prepare(2)
+order = torch.from_numpy(np.random.default_rng(0).permutation(200_000))
+held = None
+print("ready", flush=True)
+for i in range(0, order.numel(), BATCH):
+    if not sys.stdin.readline():
+        break
+    seeds = order[i : i + BATCH]
+    before, start = snapshot(), time.process_time()
+    held = sampler.sample_batch(seeds, torch.arange(seeds.numel()), seed=i)
+    cpu, after = time.process_time() - start, snapshot()
+    print(repr((cpu, {k: after[k] - before[k] for k in after})), flush=True)
+"""
+PARTS = Path("/tmp/distgnn_loader_ab_parts")  # the --dist mode's one-partition graph
+
+
+def _partition() -> Path:
+    """The bench graph as one partition (written once; both trees read the same files)."""
+    from app.partition.writer import partition_graph
+    from bench.dist_sampling import _graph
+
+    if not (PARTS / "META.json").exists():
+        partition_graph(_graph(200_000), PARTS, 1, method="random")
+    return PARTS
+
+
+def _child(tree: Path, dist: bool) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=f"{tree}:{tree / 'launchers'}")
-    proc = subprocess.Popen([sys.executable, "-c", CHILD], cwd=tree, env=env, text=True,
+    code = ["-c", DIST_CHILD, str(_partition())] if dist else ["-c", CHILD]
+    proc = subprocess.Popen([sys.executable, *code], cwd=tree, env=env, text=True,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
     if proc.stdout.readline().strip() != "ready":
         raise SystemExit(f"the loader of {tree} did not start; run its CHILD code there to see why")
@@ -58,8 +99,8 @@ def _batch(proc: subprocess.Popen) -> tuple[float, dict[str, float]]:
     return ast.literal_eval(proc.stdout.readline())
 
 
-def main(old: Path, new: Path, batches: int) -> None:
-    procs = {"old": _child(old), "new": _child(new)}
+def main(old: Path, new: Path, batches: int, dist: bool = False) -> None:
+    procs = {"old": _child(old, dist), "new": _child(new, dist)}
     got: dict[str, list] = {name: [] for name in procs}
     for i in range(batches + WARMUP):
         for name in ("old", "new") if i % 2 == 0 else ("new", "old"):
@@ -78,7 +119,8 @@ def main(old: Path, new: Path, batches: int) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (3, 4):
-        raise SystemExit("usage: python -m bench.loader_ab OLD_TREE NEW_TREE [batches]")
-    count = int(sys.argv[3]) if len(sys.argv) == 4 else 16
-    main(Path(sys.argv[1]).resolve(), Path(sys.argv[2]).resolve(), count)
+    args = [a for a in sys.argv[1:] if a != "--dist"]
+    if len(args) not in (2, 3):
+        raise SystemExit("usage: python -m bench.loader_ab OLD_TREE NEW_TREE [batches] [--dist]")
+    count = int(args[2]) if len(args) == 3 else 16
+    main(Path(args[0]).resolve(), Path(args[1]).resolve(), count, "--dist" in sys.argv)

@@ -381,9 +381,9 @@ class DistNeighborSampler:
                 _, dst_local, dst_tree = front[dst_t[et]]
                 rel = rels[src_t[et]]
                 before = len(rel)
-                tree = np.repeat(dst_tree, counts) if self.disjoint else None
-                rows[et].append(rel.add(nbrs, tree))
-                cols[et].append(np.repeat(dst_local, counts))
+                row, col = rel.add_hop(nbrs, counts, dst_local, dst_tree)
+                rows[et].append(row)
+                cols[et].append(col)
                 eids[et].append(eid)
                 fresh[src_t[et]].append((before, len(rel)))
             for et in etypes:

@@ -56,6 +56,12 @@ class BufferPool:
             buf = self._free((name, np_dtype, row_shape), num_rows)
         return torch.from_numpy(buf[:num_rows])
 
+    def whole(self, name: str, min_rows: int, dtype: type[np.generic]) -> np.ndarray:
+        """A whole 1-D buffer of at least `min_rows` that no batch holds, for a kernel that learns
+        its output's size only while writing it: the caller hands out views of its prefix."""
+        with self._lock:
+            return self._free((name, np.dtype(dtype), ()), min_rows)
+
     def _free(self, kind: tuple, num_rows: int) -> np.ndarray:
         """A buffer of `kind` with room for `num_rows` that nothing else references."""
         pool = self._buffers.setdefault(kind, [])

@@ -25,6 +25,7 @@ _GOLDEN_INT = 0x9E3779B97F4A7C15
 _GOLDEN = np.uint64(_GOLDEN_INT)
 _INV53 = 1.0 / float(1 << 53)
 _FLOYD_MAX_K = 32
+_NO_TREE = np.empty(0, np.int64)
 
 
 # Random streams ###################################################################################
@@ -270,6 +271,67 @@ def _add_keyed(keys, vals, slots, nodes, batch, count, new, new_batch, num_nodes
     return local, count
 
 
+@njit(cache=True, nogil=True)
+def _hop_columns(counts, dst_local, cols):
+    """cols: dst_local[i] repeated counts[i] times, in turn."""
+    j = 0
+    for i in range(counts.shape[0]):
+        c = counts[i]
+        cols[j : j + c] = dst_local[i]
+        j += c
+
+
+@njit(cache=True, nogil=True)
+def _add_hop(
+    nmap, keys, vals, slots, nodes, batch, count, nbrs, counts, dst_local, dst_tree, num_nodes
+):
+    """One hop's edges in local ids in one call: neighbour j of frontier entry i (counts[i]
+    each, in order) gets its local id in rows[j] (unseen nodes the next ids; disjoint, when
+    dst_tree is given: keyed by (dst_tree[i], node)) and dst_local[i] in cols[j]. Two tight
+    loops, not one: a fused loop was slower. Returns (rows, cols, count, bad): bad is the first
+    j with nbrs[j] outside [0, num_nodes), where relabelling stopped (count then covers the
+    nodes added before it), -2 when counts do not sum to the neighbours' number, or -1."""
+    m = nbrs.shape[0]
+    rows = np.empty(m, np.int64)
+    cols = np.empty(m, np.int64)
+    if counts.sum() != m:
+        return rows, cols, count, -2
+    if dst_tree.shape[0] == 0:
+        for j in range(m):
+            u = nbrs[j]
+            if u < 0 or u >= num_nodes:
+                return rows, cols, count, j
+            loc = nmap[u]
+            if loc < 0:
+                loc = count
+                nmap[u] = count
+                nodes[count] = u
+                count += 1
+            rows[j] = loc
+        _hop_columns(counts, dst_local, cols)
+        return rows, cols, count, -1
+    j = 0
+    for i in range(counts.shape[0]):
+        b = dst_tree[i]
+        for _ in range(counts[i]):
+            u = nbrs[j]
+            if u < 0 or u >= num_nodes:
+                return rows, cols, count, j
+            key = b * num_nodes + u
+            h = _slot(keys, key)
+            if keys[h] == -1:
+                keys[h] = key
+                vals[h] = count
+                slots[count] = h
+                nodes[count] = u
+                batch[count] = b
+                count += 1
+            rows[j] = vals[h]
+            j += 1
+    _hop_columns(counts, dst_local, cols)
+    return rows, cols, count, -1
+
+
 class Relabeler:
     """Global → local node ids for one sample, reused across batches (reset in O(#touched)).
 
@@ -344,6 +406,40 @@ class Relabeler:
             self.num_nodes,
         )
         return local
+
+    def add_hop(
+        self,
+        nbrs: np.ndarray,
+        counts: np.ndarray,
+        dst_local: np.ndarray,
+        dst_tree: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """A hop's edges in local ids, `(rows, cols)`, in one pass: `nbrs` holds `counts[i]`
+        neighbours of frontier entry i in turn, whose local id is `dst_local[i]` (its seed's
+        tree `dst_tree[i]` when disjoint; ignored otherwise). Equals `add(nbrs, repeated trees)`
+        beside `np.repeat(dst_local, counts)`, without the repeats or a second pass."""
+        nbrs = as_index_array(nbrs, "nbrs")
+        counts, dst_local = np.asarray(counts, np.int64), np.asarray(dst_local, np.int64)
+        tree = (
+            np.asarray(dst_tree, np.int64) if self.disjoint and dst_tree is not None else _NO_TREE
+        )
+        if counts.shape != dst_local.shape or (self.disjoint and tree.shape != counts.shape):
+            raise ValueError(
+                f"add_hop: {counts.shape[0]} counts, {dst_local.shape[0]} local ids and "
+                f"{tree.shape[0]} trees (disjoint: {self.disjoint}); pass one per frontier entry"
+            )
+        self._reserve(nbrs.shape[0])
+        rows, cols, self._count, bad = _add_hop(
+            self._map, self._keys, self._vals, self._slots, self._nodes, self._batch,
+            self._count, nbrs, counts, dst_local, tree, self.num_nodes,
+        )  # fmt: skip
+        if bad == -2:
+            raise ValueError(
+                f"add_hop: counts sum to {int(counts.sum())} for {nbrs.shape[0]} neighbours"
+            )
+        if bad >= 0:  # the nodes added before it stay counted, so `reset` clears them
+            self._check(nbrs)  # raises, naming the range
+        return rows, cols
 
     def fill(self, seeds) -> np.ndarray:
         """Add seeds the PyG way: every seed gets its own local id, duplicates included
@@ -777,6 +873,7 @@ def warmup() -> None:
         rel = Relabeler(3, dis)
         rel.fill(seeds)
         rel.add(seeds, seeds if dis else None)
+        rel.add_hop(seeds, np.ones(2, np.int64), seeds, seeds)
         rel.reset()
     induced_edges(colptr, row, seeds, seeds)
     _WARM = True

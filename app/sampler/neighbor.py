@@ -53,7 +53,14 @@ from app.sampler.torch_kernel import neighbor_sample as torch_neighbor_sample
 EdgeType = tuple[str, str, str]
 HopFn = Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray]]
 SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
+_NONE = np.empty(0, np.int64)  # a workspace array between calls (the pool holds the real ones)
+_SLACK = 1.1  # a batch's pooled outputs: room for this times the last batch's edges
 _KEEP = 8  # output buffers kept per array: batches a loader's threads and its consumer hold
+
+
+def _fronts(values: np.ndarray, buf: np.ndarray) -> bool:
+    """Whether `values` are the front of `buf` (the kernel wrote into it, not a grown copy)."""
+    return values.ctypes.data == buf.ctypes.data and values.shape[0] <= buf.shape[0]
 
 
 def _t(a: np.ndarray) -> Tensor:
@@ -154,8 +161,8 @@ def sample_multi_hop(
         fb = rel.batch[begin:end].copy() if disjoint else None
         time = None if times is None else times[fb]
         nbrs, eids, counts = _call_hop(hop_fn, frontier, k, hop, time, "")
-        col = np.repeat(np.arange(begin, end, dtype=np.int64), counts)
-        rows.append(rel.add(nbrs, np.repeat(fb, counts) if disjoint else None))
+        row, col = rel.add_hop(nbrs, counts, np.arange(begin, end, dtype=np.int64), fb)
+        rows.append(row)
         cols.append(col)
         edges.append(eids)
         nsn.append(len(rel) - end)
@@ -239,9 +246,9 @@ def _sample_edge_type(st: _HeteroState, et, hop_fn, k, hop, times, disjoint, par
     fb = st.rels[dst].batch[b:e].copy() if disjoint else None
     time = None if times is None else times[fb]
     nbrs, eids, counts = _call_hop(hop_fn, frontier, k, hop, time, f"[{et}]")
-    row = st.rels[src].add(nbrs, np.repeat(fb, counts) if disjoint else None)
+    row, col = st.rels[src].add_hop(nbrs, counts, np.arange(b, e, dtype=np.int64), fb)
     parts[0].append(row)
-    parts[1].append(np.repeat(np.arange(b, e, dtype=np.int64), counts))
+    parts[1].append(col)
     parts[2].append(eids)
     return nbrs.shape[0]
 
@@ -363,6 +370,7 @@ class NeighborSampler(BaseSampler):
         self._calls = itertools.count()
         self._local = threading.local()
         self.pool = BufferPool(keep=_KEEP)  # the homogeneous kernel's outputs
+        self._edges_hint = 0  # the last batch's edge count: sizes the next one's buffers
         warmup()
 
     def _on_device(self, device: torch.device) -> TorchCSC | None:
@@ -468,6 +476,7 @@ class NeighborSampler(BaseSampler):
             with stage("kernel"):
                 return self._sample_torch(self.tensors, seeds, seed)
         with stage("kernel"):
+            ws, bufs = self._pooled_workspace(len(seeds))
             node, rl, cl, eids, nsn, nse, batch = neighbor_sample(
                 self.colptr,
                 self.row,
@@ -481,10 +490,11 @@ class NeighborSampler(BaseSampler):
                 temporal_strategy=self.temporal_strategy,
                 scratch=None if self.disjoint else self._scratch(),
                 perm=self.perm,
-                workspace=self._workspace(),
+                workspace=ws,
             )
+            ws.nodes = ws.rows = ws.epos = _NONE  # the pool's buffers are the batch's now
         with stage("assembly"):
-            node, edge_index, edge = self._pooled(node, rl, cl, eids)
+            node, edge_index, edge = self._outputs(node, rl, cl, eids, bufs)
             return SamplerOutput(
                 node=node,
                 row=edge_index[0],
@@ -495,20 +505,47 @@ class NeighborSampler(BaseSampler):
                 num_sampled_edges=nse,
             )
 
-    def _pooled(
-        self, node: np.ndarray, row: np.ndarray, col: np.ndarray, edge: np.ndarray
+    def _pooled_workspace(self, num_seeds: int) -> tuple[Workspace, tuple[np.ndarray, ...]]:
+        """This thread's workspace with its node, row and edge-id arrays set to free buffers of
+        `self.pool` (paged in already), sized from the last batch, so the kernel writes those
+        outputs where the batch keeps them (the buffers are returned: node, `edge_index`, edge;
+        `row` is the front of `edge_index`'s). Columns stay in the thread's own array: they go behind the rows once the edge
+        count is known (the kernel learns it only at the end)."""
+        ws = self._workspace()
+        edge_buf = self.pool.whole("edge_index", 2 * int(self._edges_hint * _SLACK), np.int64)
+        half = edge_buf.shape[0] // 2
+        ws.rows = edge_buf[:half]
+        ws.nodes = self.pool.whole("node", half + num_seeds, np.int64)  # nodes <= seeds + edges
+        ws.epos = self.pool.whole("edge", half, np.int64)
+        return ws, (ws.nodes, edge_buf, ws.epos)
+
+    def _outputs(
+        self, node: np.ndarray, row: np.ndarray, col: np.ndarray, edge: np.ndarray, bufs: tuple
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """The workspace's views copied into buffers of `self.pool` (paged in already): node
-        ids, `[row; col]` as one `[2, E]` buffer (so `to_data` takes `edge_index` as a view),
-        edge ids."""
+        """The kernel's outputs as tensors over pooled buffers: node ids, `[row; col]` as one
+        `[2, E]` buffer (so `to_data` takes `edge_index` as a view) and edge ids. Where the
+        kernel wrote into its buffer from `_pooled_workspace` (`bufs`), that buffer is the
+        output; where the batch outgrew it (the kernel grew a fresh array), it is copied into
+        one."""
+        node_buf, edge_buf, eid_buf = bufs
         e = row.shape[0]
-        nodes = self.pool.rows("node", node.shape[0], (), torch.int64)
-        edge_index = self.pool.rows("edge_index", 2 * e, (), torch.int64).view(2, e)
-        edges = self.pool.rows("edge", e, (), torch.int64)
-        pairs = ((nodes, node), (edge_index[0], row), (edge_index[1], col), (edges, edge))
-        for dst, src in pairs:
-            np.copyto(dst.numpy(), src)
-        return nodes, edge_index, edges
+        self._edges_hint = e
+        if _fronts(row, edge_buf):
+            edge_index = torch.from_numpy(edge_buf[: 2 * e]).view(2, e)
+        else:
+            edge_index = self.pool.rows("edge_index", 2 * e, (), torch.int64).view(2, e)
+            np.copyto(edge_index[0].numpy(), row)
+        np.copyto(edge_index[1].numpy(), col)
+        return self._pooled("node", node, node_buf), edge_index, self._pooled("edge", edge, eid_buf)
+
+    def _pooled(self, name: str, values: np.ndarray, buf: np.ndarray) -> Tensor:
+        """`values` as a tensor: a view when they are the front of `buf` (the kernel wrote them
+        there), else copied into a pool buffer."""
+        if _fronts(values, buf):
+            return torch.from_numpy(values)
+        out = self.pool.rows(name, values.shape[0], (), torch.int64)
+        np.copyto(out.numpy(), values)
+        return out
 
     def _sample_torch(self, csc: TorchCSC, seeds, seed: int) -> SamplerOutput:
         scratch = getattr(self._local, "tensor_map", None)

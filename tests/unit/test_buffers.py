@@ -68,3 +68,22 @@ def test_kept_hetero_batches_are_not_overwritten():
     for batch in list(loader) + list(loader):
         for nt in ("paper", "author"):
             assert torch.equal(batch[nt].x, data[nt].x[batch[nt].n_id])
+
+
+@pytest.mark.parametrize("threads", [0, 2])
+def test_kept_batches_keep_their_sampled_edges(threads):
+    """The kernel writes `n_id`, `edge_index` and `e_id` straight into pooled buffers: a batch
+    held while later ones are sampled still names real edges of the graph."""
+    data = toy_graph()
+    loader = NeighborLoader(data, [3, 2], batch_size=16, shuffle=True, threads=threads)
+    kept = list(loader) + list(loader)
+    for batch in kept:
+        src, dst = batch.n_id[batch.edge_index[0]], batch.n_id[batch.edge_index[1]]
+        assert batch.edge_index.is_contiguous() and batch.e_id.numel() == src.numel() > 0
+        assert torch.equal(data.edge_index[:, batch.e_id], torch.stack([src, dst]))
+
+
+def test_the_kernel_writes_into_reused_buffers():
+    loader = NeighborLoader(toy_graph(), [3, 2], batch_size=16)
+    ptrs = {(b.n_id.data_ptr(), b.edge_index.data_ptr(), b.e_id.data_ptr()) for b in loader}
+    assert len(loader) >= 15 and len(ptrs) <= 4

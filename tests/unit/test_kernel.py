@@ -149,6 +149,35 @@ def test_relabeler_disjoint_keys_by_batch():
         rel.add([1])
 
 
+@pytest.mark.parametrize("disjoint", [False, True])
+def test_add_hop_equals_add_beside_repeated_columns(disjoint):
+    """One pass relabels a hop's neighbours and writes its columns: the same ids as `add` of
+    the neighbours (trees repeated per neighbour) and `np.repeat` of the frontier's local ids."""
+    rng = np.random.default_rng(3)
+    counts = rng.integers(0, 6, 400)
+    nbrs, dst_local = rng.integers(0, 900, counts.sum()), rng.permutation(400) + 7
+    trees = rng.integers(0, 30, 400)
+    ref, rel = Relabeler(900, disjoint), Relabeler(900, disjoint)
+    for r in (ref, rel):
+        r.fill(np.arange(7))
+    want = ref.add(nbrs, np.repeat(trees, counts) if disjoint else None)
+    rows, cols = rel.add_hop(nbrs, counts, dst_local, trees)
+    assert rows.tolist() == want.tolist() and rel.nodes.tolist() == ref.nodes.tolist()
+    assert cols.tolist() == np.repeat(dst_local, counts).tolist()
+    if disjoint:
+        assert rel.batch.tolist() == ref.batch.tolist()
+
+
+def test_add_hop_refuses_bad_ids_and_stays_resettable():
+    rel = Relabeler(10)
+    with pytest.raises(ValueError, match=r"\[0, 10\)"):
+        rel.add_hop(np.array([3, 4, 12]), np.array([2, 1]), np.array([0, 1]))
+    with pytest.raises(ValueError, match="counts sum to 2 for 3 neighbours"):
+        rel.add_hop(np.array([3, 4, 5]), np.array([1, 1]), np.array([0, 1]))
+    rel.reset()  # the nodes added before the bad one are cleared with it
+    assert rel.add([4, 3]).tolist() == [0, 1] and len(rel) == 2
+
+
 # Fused multi-hop ##################################################################################
 
 
