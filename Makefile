@@ -100,7 +100,7 @@ bench-gpu: install  ## opt-in, needs CUDA: products scale, [10,5] 2x128 and [15,
 ui: install  ## MLflow UI over the default store; prints http://127.0.0.1:5000 once it answers
 	$(BIN)/python -m app.tracking.ui serve --store $(CURDIR)/outputs/mlflow.db --port 5000
 
-ui-check: install  ## opt-in: headless Chromium screenshot of the newest experiment (outputs/ui-check/)
+ui-check: install  ## opt-in, needs chromium: the newest experiment's chart view opens on loss and train.monitor, above the fold (docs/mlflow.md); screenshot in outputs/ui-check/
 	$(BIN)/python -m app.tracking.ui check --store $(CURDIR)/outputs/mlflow.db --out $(CURDIR)/outputs/ui-check
 
 clean:  ## remove outputs (runs, partitions, benches, MLflow store); keeps data/ and .venv

@@ -201,7 +201,8 @@ class TrainConfig:
     eval_negatives: int = 20  # link eval: random destinations ranked against each positive
     # Metric that picks a sweep's best job (summaries, `python -m app report`), the best-k
     # checkpoints, early stopping and the plateau scheduler; "": val_acc, or val_auc for link
-    # objectives. Names containing "loss" or "time" are minimised.
+    # objectives; any name in result.json (MLflow's `system/<name>` too). Names containing
+    # "loss" or "time" are minimised.
     monitor: str = ""
     # Lightning's switches, Lightning's names (app/train/switches.py):
     # learning-rate schedule per epoch: none | cosine (to 0 over train.epochs) | step (x gamma
@@ -543,6 +544,13 @@ def _check_switches(cfg: Config) -> None:
     }
     for key, value in nonneg.items():
         _require(value >= 0, key, value, "must be >= 0 (0: off)")
+    _require(
+        "/" not in t.monitor.removeprefix("system/"),
+        "train.monitor",
+        t.monitor,
+        "metric names have no '/' but MLflow's system/ prefix (docs/mlflow.md): "
+        f"train.monitor={t.monitor.replace('/', '_')}",
+    )
     _require(t.save_top_k >= -1, "train.save_top_k", t.save_top_k, "must be -1 (all), 0 or k > 0")
     _require(
         t.save_top_k == 0 or t.checkpoint,

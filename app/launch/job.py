@@ -47,6 +47,7 @@ from app.launch.pss import PssMonitor
 from app.launch.spawn import JobFailed, run_procs
 from app.partition.spec import PartitionSpec
 from app.placement import gpus_shared, trainers_per_machine
+from app.tracking.metric_keys import stored_metrics
 from app.tracking.mlflow import check_store
 from app.tracking.progress import phase, stage
 from app.tracking.redact import restrict_job_files
@@ -280,7 +281,7 @@ def _close_tracking(
     with bounded, stage(f"closing MLflow run {run_id} ({status}, uploading the logs)"):
         try:
             client = _store_client(cfg)
-            for key, value in (metrics or {}).items():
+            for key, value in stored_metrics(metrics or {}).items():
                 client.log_metric(run_id, key, value)
             if node_rank == 0:
                 _end_run(client, run_id, status, error)

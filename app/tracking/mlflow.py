@@ -15,6 +15,8 @@ What a person sees in the UI is shaped here, so every call site gets it:
 - experiments are tagged as model-training ones (`mlflow.experimentKind`), so MLflow 3 opens
   them on the runs and their charts, not on its GenAI "Evaluations" view;
 - runs without an explicit name get a readable unique one (`naming.run_name`);
+- the training metrics keep their names and open the chart view; the others are stored as
+  `system/<name>`, MLflow's "System metrics" section (`metric_keys`);
 - credentials never reach the store: params, tags, text artifacts and logged text go through
   `app.tracking.redact` (the one place that knows their forms);
 - partition stats logged as metrics (`partition.*` / `partition/*`) become `partition_stats.*`
@@ -42,7 +44,7 @@ from typing import Any
 from app.config import ConfigError
 from app.contract import RUN_ID_FILE, RUN_INFO_FILE
 from app.fsutil import DiskFullError, file_lock, is_write_failure, write_text_atomic
-from app.tracking import partition_stats, plots, store_template
+from app.tracking import metric_keys, partition_stats, plots, store_template
 from app.tracking.http_store import check_server
 from app.tracking.naming import job_overrides
 from app.tracking.naming import run_name as default_run_name
@@ -338,7 +340,8 @@ class MlflowTracker(Tracker):
             self.client.log_batch(self._run(), params=items[i : i + MAX_PARAMS_TAGS_PER_BATCH])
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        """Log numbers at `step`; partition stats among them go to `log_partition_stats`."""
+        """Log numbers at `step` under their stored keys (`metric_keys`: system metrics as
+        `system/<name>`, no `epoch`); partition stats among them go to `log_partition_stats`."""
         from mlflow.entities import Metric
         from mlflow.utils.validation import MAX_METRICS_PER_BATCH
 
@@ -346,13 +349,14 @@ class MlflowTracker(Tracker):
         if part:
             self.log_partition_stats(partition_stats.normalise(part))
         now = int(time.time() * 1000)
-        items = [
-            Metric(k, float(v), now, step or 0)
+        kept = {
+            k: float(v)
             for k, v in metrics.items()
             if isinstance(v, int | float) and not math.isnan(v) and k not in part
-        ]
-        for m in items:
-            self.history.setdefault(m.key, []).append((m.step, m.value))
+        }
+        for k, v in kept.items():
+            self.history.setdefault(k, []).append((step or 0, v))
+        items = [Metric(k, v, now, step or 0) for k, v in metric_keys.stored_metrics(kept).items()]
         for i in range(0, len(items), MAX_METRICS_PER_BATCH):
             self.client.log_batch(self._run(), metrics=items[i : i + MAX_METRICS_PER_BATCH])
 

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from app.tracking.metric_keys import plain_metrics
 from app.tracking.summary import (
     JOB_TIME_TAG,
     JobRow,
@@ -117,7 +118,7 @@ def row_of(run: Any, label: str | None = None) -> JobRow:
         label=label or info.run_name,
         overrides=data.tags.get("overrides", "").split(),
         status=info.status,
-        metrics=dict(data.metrics),
+        metrics=plain_metrics(data.metrics),
         time_s=seconds,
         job_dir=data.tags.get("job_dir", ""),
         run_id=info.run_id,

@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from app.contract import RESULT_FILE, RUN_ID_FILE, RUN_INFO_FILE
+from app.tracking.metric_keys import plain_key, stored_key
 from app.tracking.progress import phases_line
 from app.tracking.redact import redact_text
 
@@ -47,9 +48,10 @@ METRIC_COLUMNS = (
 
 
 def monitor_for(monitor: str, objective: str) -> str:
-    """`monitor` if set, else val_auc for link objectives and val_acc otherwise."""
+    """`monitor` if set (a system metric as MLflow shows it, `system/<name>`, is `<name>`),
+    else val_auc for link objectives and val_acc otherwise."""
     if monitor:
-        return monitor
+        return plain_key(monitor)
     return "val_auc" if objective == "link" else "val_acc"
 
 
@@ -129,7 +131,7 @@ def sweep_url(
     """
     query = {
         "searchFilter": f"tags.mlflow.parentRunId = '{parent_run_id}'",
-        "orderByKey": f"metrics.`{monitor}`",
+        "orderByKey": f"metrics.`{stored_key(monitor) or monitor}`",
         "orderByAsc": "true" if lower_is_better(monitor) else "false",
     }
     return f"{experiment_url(experiment_id, address)}&{urlencode(query, quote_via=quote)}"

@@ -26,6 +26,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+from app.tracking import ui_layout
 
 START_TIMEOUT_S = 300.0  # ~20 s on an idle machine, minutes on a loaded one
 BROWSER_TIMEOUT_S = 120.0
@@ -166,8 +169,9 @@ def chromium() -> str:
     return browser
 
 
-def browse(url: str, out: Path, browser: str) -> str:
-    """Screenshot `url` into `out/experiment.png` once its charts are drawn; return the DOM.
+def browse(url: str, out: Path, browser: str) -> tuple[str, dict[str, Any]]:
+    """Screenshot `url` into `out/experiment.png` once its charts are drawn; return the DOM and
+    the chart view's layout (`ui_layout.LAYOUT`: sections and chart titles with their places).
 
     The runs table loads first; then the assistant side panel is closed and every sweep's row
     expanded (its jobs' curves join the charts), and the picture waits for the plots."""
@@ -180,28 +184,32 @@ def browse(url: str, out: Path, browser: str) -> str:
         page.wait_until(CHARTS_DRAWN, BROWSER_TIMEOUT_S)
         time.sleep(SETTLE_S)  # the last plots' transitions
         page.screenshot(out / "experiment.png")
-        dom = page.dom()
+        dom, layout = page.dom(), page.evaluate(ui_layout.LAYOUT)
     (out / "experiment.html").write_text(dom)
-    return dom
+    return dom, layout
 
 
 def check(store: Path, out: Path) -> int:
-    """Open the newest experiment in Chromium; 0 when it shows the training charts of its runs."""
+    """Open the newest experiment in Chromium; 0 when it opens on the training charts: the
+    first section holds `loss` and the monitored metric, both above the fold (`ui_layout`)."""
     from app.tracking.summary import experiment_url
 
     try:
         browser = chromium()
         exp_id, run_name = newest_experiment(store)
         with mlflow_ui(store, free_port(), out / "mlflow-ui.log") as url:
+            sections, monitor = ui_layout.server_sections(url, exp_id)
             page = experiment_url(exp_id, url)
-            dom = browse(page, out, browser)
-    except (RuntimeError, subprocess.SubprocessError) as err:
+            dom, layout = browse(page, out, browser)
+    except (RuntimeError, OSError, subprocess.SubprocessError) as err:
         print(f"ui-check: {err}", file=sys.stderr)
         return 1
     problems = [
         *(["GenAI navigation shown"] if GENAI_MARKER in dom else []),
         *([f"no {CHARTS_MARKER!r} charts"] if CHARTS_MARKER not in dom else []),
         *([f"newest run {run_name} not shown"] if run_name not in dom else []),
+        *ui_layout.section_problems(sections, monitor),
+        *ui_layout.page_problems(layout, sections, monitor),
     ]
     if problems:
         print(
@@ -209,8 +217,10 @@ def check(store: Path, out: Path) -> int:
             file=sys.stderr,
         )
         return 1
+    names = ", ".join(f"{name} ({len(keys)})" for name, keys in sections)
     print(
-        f"ui-check: {page} opens on the training charts (newest run {run_name}): {out}/experiment.png"
+        f"ui-check: {page} opens on the training charts (newest run {run_name}): sections "
+        f"{names}; loss and {monitor} above the fold: {out}/experiment.png"
     )
     return 0
 

@@ -28,7 +28,7 @@ def test_peak_pss_per_host_in_result_and_mlflow(tmp_path):
     # Each is at least an interpreter with torch (~150 MB PSS), and far below the machine.
     assert all(0.3 < h < 8 for h in hosts), hosts
     run = MlflowClient(tracking_uri=uri).get_run((job / "mlflow_run_id").read_text().strip())
-    assert run.data.metrics["peak_pss_gib/host1"] == pytest.approx(hosts[1])
-    assert run.data.metrics["peak_pss_gib"] == pytest.approx(max(hosts))
+    assert run.data.metrics["system/peak_pss_gib_host1"] == pytest.approx(hosts[1])
+    assert run.data.metrics["system/peak_pss_gib"] == pytest.approx(max(hosts))
     assert "peak PSS per host: host0 " in proc.stdout + proc.stderr
     assert json.loads((job / "peak_pss-0.json").read_text())["peak_pss_gib"] == max(hosts)

@@ -17,7 +17,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from app.tracking.metric_keys import chart_sections
 from app.tracking.report import main as report
+from app.tracking.ui_layout import section_problems
 from tests.helpers.jobs import (
     REPO,
     Console,
@@ -89,6 +91,12 @@ def test_two_node_run(shared, tmp_path):
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED"
     assert "test_acc" in run.data.metrics
+    # a distributed job's chart view opens on loss and val_acc; its cache and wire numbers,
+    # memory and timings sit in System metrics (docs/mlflow.md)
+    sections = chart_sections(run.data.metrics)
+    assert [s for s, _ in sections] == ["Model metrics", "System metrics"]
+    assert section_problems(sections, "val_acc") == []
+    assert "system/peak_pss_gib" in sections[1][1]
     artifacts = {a.path for a in client.list_artifacts(run_id, "logs")}
     assert artifacts == {"logs/trainer0-0.log", "logs/trainer1-0.log"}
 

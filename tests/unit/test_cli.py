@@ -62,9 +62,9 @@ def test_single_process_training_learns_and_logs(tmp_path):
         "train_acc",
         "val_acc",
         "test_acc",
-        "epoch_time_s",
-        "seeds_per_s",
-        "sampled_edges_per_s",
+        "system/epoch_time_s",
+        "system/seeds_per_s",
+        "system/sampled_edges_per_s",
     ]:
         history = client.get_metric_history(run.info.run_id, name)
         assert [m.step for m in history] == list(range(12)), name

@@ -89,7 +89,7 @@ def test_single_process_temporal_training_logs(tmp_path):
     assert run.info.status == "FINISHED"
     assert run.data.params["sampler.time_attr"] == "time"
     assert run.data.params["dataset.temporal"] == "True"
-    for name in ("loss", "train_acc", "val_acc", "test_acc", "sampled_edges_per_s"):
+    for name in ("loss", "train_acc", "val_acc", "test_acc", "system/sampled_edges_per_s"):
         history = client.get_metric_history(run.info.run_id, name)
         assert [m.step for m in history] == [0, 1], name
     assert all(

@@ -264,8 +264,8 @@ def test_fresh_stores_copy_a_migrated_template(tmp_path, monkeypatch):
     second = f"sqlite:///{tmp_path / 'second.db'}"
     with MlflowTracker(second, "b") as tr:  # a copy of the template
         run_id = tr.start(None)
-        tr.log_metrics({"x": 2.0}, step=0)
-    assert client(second).get_run(run_id).data.metrics["x"] == 2.0
+        tr.log_metrics({"loss": 2.0}, step=0)
+    assert client(second).get_run(run_id).data.metrics["loss"] == 2.0
     assert [e.name for e in client(second).search_experiments()] == ["b", "Default"]
 
 

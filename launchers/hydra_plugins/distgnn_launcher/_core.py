@@ -262,6 +262,7 @@ def report_sweep(
     """
     from app.fsutil import write_text_atomic
     from app.tracking import plots, summary
+    from app.tracking.metric_keys import plain_metrics
     from app.tracking.redact import redact_text
 
     try:
@@ -270,7 +271,7 @@ def report_sweep(
         if client is not None:
             for row in rows:
                 if row.run_id and not row.metrics:
-                    row.metrics = dict(client.get_run(row.run_id).data.metrics)
+                    row.metrics = plain_metrics(client.get_run(row.run_id).data.metrics)
                 if row.run_id and row.time_s is not None:  # `report` shows the same time
                     client.set_tag(row.run_id, summary.JOB_TIME_TAG, str(row.time_s))
         first = next((r.cfg for r in runs if r.cfg is not None), None)
