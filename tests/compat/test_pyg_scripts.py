@@ -271,11 +271,11 @@ def test_start_up_wait_is_bounded_with_one_line(real_root):
 
 @pytest.mark.long  # partitions a 20k-node graph, then 2 ranks with 2 sampler processes each
 def test_tutorial_script_runs_as_written(tmp_path):
-    """docs/pyg-compat.md's tutorial, examples/pyg_two_ranks.py, as a user runs it: one command
+    """docs/pyg-compat.md's tutorial, tools/compat/pyg_two_ranks.py, as a user runs it: one command
     from a shell without the suite's thread variables (issue 37), a graph above torch's
     parallel grain size, `num_workers=2`; the ranks hold different numbers of batches (the
     uneven-batch trap the script's `model.join()` avoids) and both finish above chance."""
-    cmd = [sys.executable, str(REPO / "examples" / "pyg_two_ranks.py"), "--root",
+    cmd = [sys.executable, str(REPO / "tools" / "compat" / "pyg_two_ranks.py"), "--root",
            str(tmp_path / "demo"), "--epochs", "2", "--num_nodes", str(REAL_GRAPH["num_nodes"]),
            "--num_features", str(REAL_GRAPH["num_features"]),
            "--batch_size", "300"]  # fmt: skip  # 5,956 and 6,022 training nodes: 20 and 21

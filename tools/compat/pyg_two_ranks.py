@@ -4,8 +4,8 @@ A PyG script with one change, its imports (`import app.distributed as pyg_dist`)
 graph, partitions it in two (METIS), then trains on two ranks, each with `num_workers` sampler
 processes, and prints each epoch's loss and test accuracy (docs/pyg-compat.md walks through it):
 
-    python examples/pyg_two_ranks.py --root ./pyg-demo              # both ranks on this machine
-    python examples/pyg_two_ranks.py --root DIR --node_rank 1 ...    # one rank (what it starts)
+    python tools/compat/pyg_two_ranks.py --root ./pyg-demo              # both ranks on this machine
+    python tools/compat/pyg_two_ranks.py --root DIR --node_rank 1 ...    # one rank (what it starts)
 
 On two machines: partition once (`--partition_only`), copy DIR to both, and start
 `--node_rank 0` and `--node_rank 1` with the same `--master_addr` (rank 0's address) and ports.
