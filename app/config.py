@@ -129,6 +129,10 @@ class SamplerConfig:
     # 100k rows covers the whole halo of a 2-way split of a ~200k-node graph and ~1/4 of an
     # ogbn-products half (about 40 MB at 100 float32 features).
     feature_cache_size: int = 100_000
+    # Bytes of a second per-node cache (0: off): the remote nodes of highest degree that the
+    # halo cache does not hold, i.e. those the deeper hops reach most (PaGraph / GNNLab's
+    # static cache), ranked by their owners once at start and shared by the node's processes.
+    hot_cache_bytes: int = 0
     # Remote node features on the wire: store (as stored: float16 stores send float16, never
     # narrower than stored) or an explicit opt-in to round wider (float32) rows to float16 /
     # bfloat16 in transit; the trainer widens them back to the store's dtype.
@@ -640,6 +644,12 @@ def validate(cfg: Config) -> Config:
         "sampler.feature_cache_size",
         cfg.sampler.feature_cache_size,
         "must be >= 0 (rows of halo features cached per node; 0 turns the cache off)",
+    )
+    _require(
+        cfg.sampler.hot_cache_bytes >= 0,
+        "sampler.hot_cache_bytes",
+        cfg.sampler.hot_cache_bytes,
+        "must be a whole number of bytes >= 0, e.g. 50000000 (0 turns the hot cache off)",
     )
     _check_partition(cfg)
     _require(
