@@ -50,6 +50,7 @@ CLUSTER_MODES = ("local", "env", "ssh")
 TASKS = ("train", "partition", "eval")
 SCHEDULERS = ("none", "cosine", "step", "plateau")
 PRECISIONS = ("32-true", "bf16-mixed")
+DDP_COMM_HOOKS = ("none", "fp16", "bf16")  # app/task/ddp.py's hooks
 TRAIN_DEVICES = ("cpu", "cuda", "auto")
 
 
@@ -222,6 +223,11 @@ class TrainConfig:
     save_top_k: int = 0
     gradient_clip_val: float = 0.0  # clip the gradients' global norm to this (0: off)
     precision: str = "32-true"  # 32-true | bf16-mixed (autocast in training steps, CPU or GPU)
+    # The gradient all-reduce, DDP's own options (app/task/ddp.py): a compression hook of
+    # PyTorch's (none | fp16 | bf16: buckets all-reduced in 16 bits, half the bytes; bf16 on
+    # CUDA trainers only) and the bucket size in MB (DDP's default 25).
+    ddp_comm_hook: str = "none"
+    ddp_bucket_cap_mb: float = 25.0
 
 
 @dataclass
@@ -530,6 +536,14 @@ def _check_switches(cfg: Config) -> None:
     t = cfg.train
     _choice("train.scheduler", t.scheduler, SCHEDULERS)
     _choice("train.precision", t.precision, PRECISIONS)
+    _choice("train.ddp_comm_hook", t.ddp_comm_hook, DDP_COMM_HOOKS)
+    _require(
+        t.ddp_comm_hook != "bf16" or t.device != "cpu",
+        "train.ddp_comm_hook",
+        t.ddp_comm_hook,
+        "PyTorch's bf16 hook needs NCCL (CUDA trainers); use fp16 with train.device=cpu",
+    )
+    _require(t.ddp_bucket_cap_mb > 0, "train.ddp_bucket_cap_mb", t.ddp_bucket_cap_mb, "must be > 0")
     for key, value in (
         ("train.scheduler_step_size", t.scheduler_step_size),
         ("train.scheduler_gamma", t.scheduler_gamma),

@@ -76,6 +76,9 @@ def test_groups_switch(compose):
         ("partition.order=locality", "partition.order='locality'.*partition.relabel=true"),
         ("sampler.feature_wire_dtype=int8", "feature_wire_dtype='int8'.*store, float16"),
         ("sampler.hot_cache_bytes=-1", "sampler.hot_cache_bytes=-1: must be a whole number"),
+        ("train.ddp_comm_hook=int8", "train.ddp_comm_hook='int8': expected one of none, fp16"),
+        ("train.ddp_comm_hook=bf16", "train.ddp_comm_hook='bf16': PyTorch's bf16 hook needs NCCL"),
+        ("train.ddp_bucket_cap_mb=0", "train.ddp_bucket_cap_mb=0.0: must be > 0"),
         (
             "sampler.feature_wire_dtype=bfloat16 dataset.feature_dtype=float16",
             "feature_wire_dtype='bfloat16': would round the float16 store's features again",
