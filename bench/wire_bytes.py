@@ -6,7 +6,10 @@ Every run is the same 2-node training job (`python -m app`, a real process per r
 with a sampler process each, DDP + RPC on loopback): synthetic_products, fan-out [15, 10, 5],
 batch 1024, GraphSAGE 3 x 256, `EPOCHS` full epochs, the halo cache at `CACHE_ROWS` rows (part
 of the halo, as on a products-scale graph). Its own counters give the bytes: remote feature
-bytes and hop bytes per batch (summed over the trainers, `result.json`), test accuracy beside.
+bytes and hop bytes per batch, summed over the trainers and averaged over the job's epochs
+(rank 0's epoch lines, weighted by steps: the train loader's window samples the next epoch's
+first batches in the epoch before, so one epoch's traffic is not its own batches'; the caches'
+one-time fill is not counted), test accuracy beside.
 
 Runs, in this order: `stored` (features as the store holds them, float32), `wire16`
 (`sampler.feature_wire_dtype=float16`: the explicit opt-in), `store16`
@@ -29,6 +32,7 @@ import tempfile
 from pathlib import Path
 
 from bench.common import record
+from bench.hosts import epoch_lines
 
 BENCH = "wire_bytes"
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,7 +67,25 @@ def run(tree: Path, out: Path, name: str, num_nodes: int, extra: list[str]) -> d
     )
     if proc.returncode:
         raise SystemExit(f"{name} failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    return json.loads((job / "result.json").read_text())
+    return {**json.loads((job / "result.json").read_text()), **job_means(job)}
+
+
+BYTES = ("remote_feature_bytes_per_batch", "hop_bytes_per_batch")
+RATES = ("cache_hit_rate", "hot_cache_hit_rate")
+
+
+def job_means(job: Path) -> dict[str, float]:
+    """The job's per-batch bytes over all its epochs (weighted by steps), and its cache hit
+    rates over the epochs that fetched anything (an epoch whose batches were all sampled in
+    the epoch before logs a rate of 0 for no rows)."""
+    epochs = epoch_lines(job)
+    steps = sum(float(e["steps"]) for e in epochs)
+    out = {k: sum(float(e[k]) * float(e["steps"]) for e in epochs) / steps for k in BYTES}
+    busy = [e for e in epochs if any(float(e[k]) for k in (*BYTES, "cache_hit_rate"))]
+    busy_steps = sum(float(e["steps"]) for e in busy) or 1.0
+    for k in RATES:
+        out[k] = sum(float(e.get(k, 0.0)) * float(e["steps"]) for e in busy) / busy_steps
+    return out
 
 
 def main(

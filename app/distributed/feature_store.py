@@ -395,7 +395,9 @@ class LocalFeatureStore(FeatureStore):
         with self._cache_lock:
             if self.cache is None:
                 rows, gs = self._cache_want  # another process may be filling: wait that long
-                self.cache = load_or_fill(self, gs, self.root, rows, 4 * rpc.rpc_timeout())
+                self.cache = self._uncounted(
+                    lambda: load_or_fill(self, gs, self.root, rows, 4 * rpc.rpc_timeout())
+                )
         return self.cache
 
     def _hot_cache(self) -> HaloCache | None:
@@ -404,8 +406,19 @@ class LocalFeatureStore(FeatureStore):
         with self._cache_lock:
             if self.hot is None:
                 nbytes, rows, gs = self._hot_want
-                self.hot = hot_cache.load_or_fill(self, gs, nbytes, rows, 4 * rpc.rpc_timeout())
+                self.hot = self._uncounted(
+                    lambda: hot_cache.load_or_fill(self, gs, nbytes, rows, 4 * rpc.rpc_timeout())
+                )
         return self.hot
+
+    def _uncounted(self, fill: Callable[[], HaloCache]) -> HaloCache:
+        """`fill()`, its fetches left out of the per-batch counters: a cache is filled once,
+        at start, while every other lookup of this store waits for it (`_cache_lock`)."""
+        rows, nbytes = self.remote_rows, self.remote_bytes
+        try:
+            return fill()
+        finally:
+            self.remote_rows, self.remote_bytes = rows, nbytes
 
     def prepare(self) -> None:
         """Open what the first lookups would: the halo and hot caches (filled now if never
