@@ -413,7 +413,8 @@ class LocalFeatureStore(FeatureStore):
 
     def _uncounted(self, fill: Callable[[], HaloCache]) -> HaloCache:
         """`fill()`, its fetches left out of the per-batch counters: a cache is filled once,
-        at start, while every other lookup of this store waits for it (`_cache_lock`)."""
+        at start (`prepare`), while node lookups wait for it (`_cache_lock`); an edge-feature
+        fetch (no cache) running meanwhile would go uncounted too."""
         rows, nbytes = self.remote_rows, self.remote_bytes
         try:
             return fill()
@@ -460,8 +461,9 @@ class LocalFeatureStore(FeatureStore):
     ) -> dict[str, Tensor]:
         """`attrs` (default: all) of any global `ids`, local and remote, in request order.
 
-        Remote rows come from the halo cache, else the hot cache, when one holds them (`cache`),
-        else from their owners by RPC, in `wire_dtype` (`wire.narrow_rows`; outputs keep the store's dtype).
+        Remote rows come from the halo cache, else the hot cache, when one holds them
+        (`cache`), else from their owners by RPC, in `wire_dtype` (`wire.narrow_rows`; outputs
+        keep the store's dtype).
         `alloc(name, shape, dtype)` provides the output arrays (e.g. shared memory).
         """
         attrs = list(self.attr_names(group) if attrs is None else attrs)
