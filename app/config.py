@@ -49,6 +49,7 @@ CLUSTER_MODES = ("local", "env", "ssh")
 TASKS = ("train", "partition", "eval")
 SCHEDULERS = ("none", "cosine", "step", "plateau")
 PRECISIONS = ("32-true", "bf16-mixed")
+DDP_COMM_HOOKS = ("none", "fp16", "bf16")  # app/task/ddp.py's hooks
 TRAIN_DEVICES = ("cpu", "cuda", "auto")
 
 
@@ -128,6 +129,10 @@ class SamplerConfig:
     # 100k rows covers the whole halo of a 2-way split of a ~200k-node graph and ~1/4 of an
     # ogbn-products half (about 40 MB at 100 float32 features).
     feature_cache_size: int = 100_000
+    # Bytes of a second per-node cache (0: off): the remote nodes of highest degree that the
+    # halo cache does not hold, i.e. those the deeper hops reach most (PaGraph / GNNLab's
+    # static cache), ranked by their owners once at start and shared by the node's processes.
+    hot_cache_bytes: int = 0
     # Remote node features on the wire: store (as stored: float16 stores send float16, never
     # narrower than stored) or an explicit opt-in to round wider (float32) rows to float16 /
     # bfloat16 in transit; the trainer widens them back to the store's dtype.
@@ -218,6 +223,11 @@ class TrainConfig:
     save_top_k: int = 0
     gradient_clip_val: float = 0.0  # clip the gradients' global norm to this (0: off)
     precision: str = "32-true"  # 32-true | bf16-mixed (autocast in training steps, CPU or GPU)
+    # The gradient all-reduce, DDP's own options (app/task/ddp.py): a compression hook of
+    # PyTorch's (none | fp16 | bf16: buckets all-reduced in 16 bits, half the bytes; bf16 on
+    # CUDA trainers only) and the bucket size in MB (DDP's default 25).
+    ddp_comm_hook: str = "none"
+    ddp_bucket_cap_mb: float = 25.0
 
 
 @dataclass
@@ -531,6 +541,14 @@ def _check_switches(cfg: Config) -> None:
     t = cfg.train
     _choice("train.scheduler", t.scheduler, SCHEDULERS)
     _choice("train.precision", t.precision, PRECISIONS)
+    _choice("train.ddp_comm_hook", t.ddp_comm_hook, DDP_COMM_HOOKS)
+    _require(
+        t.ddp_comm_hook != "bf16" or t.device != "cpu",
+        "train.ddp_comm_hook",
+        t.ddp_comm_hook,
+        "PyTorch's bf16 hook needs NCCL (CUDA trainers); use fp16 with train.device=cpu",
+    )
+    _require(t.ddp_bucket_cap_mb > 0, "train.ddp_bucket_cap_mb", t.ddp_bucket_cap_mb, "must be > 0")
     for key, value in (
         ("train.scheduler_step_size", t.scheduler_step_size),
         ("train.scheduler_gamma", t.scheduler_gamma),
@@ -652,6 +670,12 @@ def validate(cfg: Config) -> Config:
         "sampler.feature_cache_size",
         cfg.sampler.feature_cache_size,
         "must be >= 0 (rows of halo features cached per node; 0 turns the cache off)",
+    )
+    _require(
+        cfg.sampler.hot_cache_bytes >= 0,
+        "sampler.hot_cache_bytes",
+        cfg.sampler.hot_cache_bytes,
+        "must be a whole number of bytes >= 0, e.g. 50000000 (0 turns the hot cache off)",
     )
     _check_partition(cfg)
     _require(

@@ -38,7 +38,14 @@ from app.distributed.sampler import DistNeighborSampler
 from app.loader.epochs import EpochBatching
 
 log = logging.getLogger("distgnn")
-_LEVELS = ("cache_rows", "cache_hit_rate", "cpu_s", "minflt")  # not counters: not differenced
+_LEVELS = (
+    "cache_rows",
+    "cache_hit_rate",
+    "hot_cache_rows",
+    "hot_cache_hit_rate",
+    "cpu_s",
+    "minflt",
+)  # not counters: not differenced
 
 
 @dataclass(frozen=True)
@@ -202,15 +209,18 @@ class BatchEngine:
 
     def data_stats(self) -> dict[str, float]:
         """Remote traffic of this loader's samplers since the last call (e.g. per epoch):
-        feature_rows / feature_bytes fetched by RPC, cache_hits (remote rows the halo cache
-        served), cache_hit_rate, cache_rows, hop_requests / hop_bytes. The counters of a sampler
+        feature_rows / feature_bytes fetched by RPC, cache_hits (remote rows the halo and hot
+        caches served), cache_hit_rate, cache_rows, hot_cache_hits / hot_cache_hit_rate /
+        hot_cache_rows (the hot cache's share), hop_requests / hop_bytes. The counters of a sampler
         process are shared by the loaders it serves (train and eval loaders of one trainer)."""
         totals = self.feeding.stats(self.sampler)
         last, self._last_stats = self._last_stats, totals
         out = {k: v - last.get(k, 0) for k, v in totals.items() if k not in _LEVELS}
         asked = out.get("feature_rows", 0) + out.get("cache_hits", 0)
         out["cache_hit_rate"] = out.get("cache_hits", 0) / asked if asked else 0.0
+        out["hot_cache_hit_rate"] = out.get("hot_cache_hits", 0) / asked if asked else 0.0
         out["cache_rows"] = totals.get("cache_rows", 0)
+        out["hot_cache_rows"] = totals.get("hot_cache_rows", 0)
         return out
 
     def close(self) -> None:

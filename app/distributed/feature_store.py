@@ -27,7 +27,7 @@ from torch import Tensor
 from torch_geometric.data import FeatureStore, TensorAttr
 from torch_geometric.data.feature_store import _FieldStatus
 
-from app.distributed import rpc, wire
+from app.distributed import hot_cache, rpc, wire
 from app.distributed.graph_store import load_edge_map, owner_of
 from app.distributed.halo_cache import HaloCache, load_or_fill
 from app.distributed.routing import Positions, merge_rows, route, split_by_owner, take
@@ -101,10 +101,13 @@ class LocalFeatureStore(FeatureStore):
         self.router: rpc.RPCRouter | None = None
         self.remote_rows = 0  # rows fetched by RPC so far (statistics)
         self.remote_bytes = 0  # bytes of those fetches: ids sent, rows received
-        self.cache_hits = 0  # remote rows served by the halo cache instead
-        self.root: Path | None = None  # partition folder (where the halo cache file goes)
+        self.cache_hits = 0  # remote rows served by a cache instead (halo or hot)
+        self.hot_hits = 0  # of those, rows served by the hot cache
+        self.root: Path | None = None  # partition folder (where the cache files go)
         self.cache: HaloCache | None = None
+        self.hot: HaloCache | None = None
         self._cache_want: tuple[int, Any] | None = None  # (rows, graph store to rank by)
+        self._hot_want: tuple[int, int, Any] | None = None  # (bytes, halo rows, graph store)
         self._cache_lock = threading.Lock()
         self._views: dict[tuple[int, Any], np.ndarray] = {}
         self._starts: dict[Group, int | None] = {}  # see `_range_start`
@@ -258,7 +261,7 @@ class LocalFeatureStore(FeatureStore):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_cache_lock=None, _views={}, _starts={}, _row_maps={}, cache=None)
+        state.update(_cache_lock=None, _views={}, _starts={}, _row_maps={}, cache=None, hot=None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -278,6 +281,17 @@ class LocalFeatureStore(FeatureStore):
 
     def attr_names(self, group: Group = None) -> list[str]:
         return [name for g, name in self._feat if g == group]
+
+    def node_groups(self) -> list[Group]:
+        """The node types this store holds rows of (None when homogeneous)."""
+        return [g for g in self._global_id if not isinstance(g, tuple)]
+
+    def row_nbytes(self, group: Group = None) -> int:
+        """Bytes of one node's row over every attribute of `group` (what a cache holds)."""
+        return sum(
+            self._feat[(group, a)][:1].numel() * self._feat[(group, a)].element_size()
+            for a in self.attr_names(group)
+        )
 
     def get_global_id(self, group_name: Group = None) -> Tensor | None:
         """PyG's: global ids of a group's rows (node type, or edge type for edge features)."""
@@ -366,11 +380,14 @@ class LocalFeatureStore(FeatureStore):
 
     # -- halo cache ---------------------------------------------------------------------------
 
-    def use_cache(self, rows: int, graph_store: Any) -> None:
-        """Serve the `rows` most-sampled halo nodes' features from a node-wide cache (filled
-        on the first remote lookup; see `halo_cache`). 0 turns it off."""
+    def use_cache(self, rows: int, graph_store: Any, hot_bytes: int = 0) -> None:
+        """Serve the `rows` most-sampled halo nodes' features from a node-wide cache, and
+        up to `hot_bytes` of the highest-degree other remote nodes' from a second one (both
+        filled on the first remote lookup; see `halo_cache`, `hot_cache`). 0 turns one off."""
         if (self._cache_want or (0,))[0] != rows:
             self._cache_want, self.cache = ((rows, graph_store) if rows else None), None
+        if self._hot_want is None or self._hot_want[:2] != (hot_bytes, rows):
+            self._hot_want, self.hot = ((hot_bytes, rows, graph_store) if hot_bytes else None), None
 
     def _halo_cache(self) -> HaloCache | None:
         if self._cache_want is None or self.num_partitions == 1:
@@ -378,28 +395,57 @@ class LocalFeatureStore(FeatureStore):
         with self._cache_lock:
             if self.cache is None:
                 rows, gs = self._cache_want  # another process may be filling: wait that long
-                self.cache = load_or_fill(self, gs, self.root, rows, 4 * rpc.rpc_timeout())
+                self.cache = self._uncounted(
+                    lambda: load_or_fill(self, gs, self.root, rows, 4 * rpc.rpc_timeout())
+                )
         return self.cache
 
+    def _hot_cache(self) -> HaloCache | None:
+        if self._hot_want is None or self.num_partitions == 1:
+            return None
+        with self._cache_lock:
+            if self.hot is None:
+                nbytes, rows, gs = self._hot_want
+                self.hot = self._uncounted(
+                    lambda: hot_cache.load_or_fill(self, gs, nbytes, rows, 4 * rpc.rpc_timeout())
+                )
+        return self.hot
+
+    def _uncounted(self, fill: Callable[[], HaloCache]) -> HaloCache:
+        """`fill()`, its fetches left out of the per-batch counters: a cache is filled once,
+        at start (`prepare`), while node lookups wait for it (`_cache_lock`); an edge-feature
+        fetch (no cache) running meanwhile would go uncounted too."""
+        rows, nbytes = self.remote_rows, self.remote_bytes
+        try:
+            return fill()
+        finally:
+            self.remote_rows, self.remote_bytes = rows, nbytes
+
     def prepare(self) -> None:
-        """Open what the first lookups would: the halo cache (filled now if never filled for
-        this partition; needs the RPC router) and the id → row map of every node type."""
+        """Open what the first lookups would: the halo and hot caches (filled now if never
+        filled for this partition; needs the RPC router) and the id → row map of every node
+        type."""
         if self.num_partitions > 1 and self.router is not None:
             self._halo_cache()
+            self._hot_cache()
         for group in self._global_id:
             if self._range_start(group) is None:
                 self._row_map(group)
 
     def counters(self) -> dict[str, float]:
         """Remote feature traffic so far: rows fetched by RPC and their bytes (ids sent, rows
-        received), rows served by the cache."""
+        received), rows served by the caches (`cache_hits`: halo and hot; `hot_cache_hits`:
+        the hot cache's share)."""
         asked = self.remote_rows + self.cache_hits
         return {
             "feature_rows": self.remote_rows,
             "feature_bytes": self.remote_bytes,
             "cache_hits": self.cache_hits,
+            "hot_cache_hits": self.hot_hits,
             "cache_rows": self.cache.num_rows if self.cache is not None else 0,
+            "hot_cache_rows": self.hot.num_rows if self.hot is not None else 0,
             "cache_hit_rate": self.cache_hits / asked if asked else 0.0,
+            "hot_cache_hit_rate": self.hot_hits / asked if asked else 0.0,
         }
 
     # -- distributed lookup -------------------------------------------------------------------
@@ -415,8 +461,9 @@ class LocalFeatureStore(FeatureStore):
     ) -> dict[str, Tensor]:
         """`attrs` (default: all) of any global `ids`, local and remote, in request order.
 
-        Remote rows come from the halo cache when it holds them (`cache`), else from their
-        owners by RPC, in `wire_dtype` (`wire.narrow_rows`; outputs keep the store's dtype).
+        Remote rows come from the halo cache, else the hot cache, when one holds them
+        (`cache`), else from their owners by RPC, in `wire_dtype` (`wire.narrow_rows`; outputs
+        keep the store's dtype).
         `alloc(name, shape, dtype)` provides the output arrays (e.g. shared memory).
         """
         attrs = list(self.attr_names(group) if attrs is None else attrs)
@@ -432,18 +479,25 @@ class LocalFeatureStore(FeatureStore):
         split = split_by_owner(owner)
         if split == {self.partition_idx: None}:
             return self.local_get(ids_np, group, attrs, alloc)
-        halo = self._halo_cache() if cache else None
-        hits = np.empty(0, np.int64)
-        if halo is not None:  # cached rows: a pseudo-partition past the last real one
-            remote = np.flatnonzero(owner != self.partition_idx)
-            hit, hits = halo.lookup(ids_np[remote], group)
-            if hits.size:
+        caches = [c for c in (self._halo_cache(), self._hot_cache()) if c] if cache else []
+        hits: dict[
+            int, tuple[HaloCache, np.ndarray]
+        ] = {}  # pseudo-partition past the last real one -> (its cache, rows of it)
+        for c in caches:
+            p_c = self.num_partitions + len(hits)
+            remote = np.flatnonzero(owner < self.num_partitions)
+            remote = remote[owner[remote] != self.partition_idx]
+            hit, rows = c.lookup(ids_np[remote], group)
+            hits[p_c] = (c, rows)
+            if rows.size:
                 owner = owner.copy()
-                owner[remote[hit]] = self.num_partitions
-                split = split_by_owner(owner)
-                self.cache_hits += hits.size
+                owner[remote[hit]] = p_c
+                self.cache_hits += rows.size
+                self.hot_hits += rows.size if c is self.hot else 0
+        if any(rows.size for _, rows in hits.values()):
+            split = split_by_owner(owner)
         edge = isinstance(group, tuple)
-        here = {self.partition_idx, self.num_partitions}  # answered in this process
+        here = {self.partition_idx, *hits}  # answered in this process
         if self.router is None and set(split) - here:
             raise RuntimeError(
                 f"ids of partitions {sorted(split)} requested but this store has no RPC router"
@@ -462,9 +516,9 @@ class LocalFeatureStore(FeatureStore):
 
         def run(p: int, where: Positions) -> None:
             mine = p == self.partition_idx
-            rows = self.local_rows(take(ids_np, where), group) if mine else hits
+            rows = self.local_rows(take(ids_np, where), group) if mine else hits[p][1]
             for a in attrs:
-                src = self._numpy(self._feat, (group, a)) if mine else halo.rows(group, a)
+                src = self._numpy(self._feat, (group, a)) if mine else hits[p][0].rows(group, a)
                 gather_rows(src, rows, out[a], where)
 
         answers = route(split, here, call, run)

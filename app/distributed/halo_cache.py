@@ -15,6 +15,7 @@ written before checksums) is rebuilt, with a warning line.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,22 +93,31 @@ def load_or_fill(
     feature_store: Any, graph_store: Any, root: Path | None, rows: int, timeout_s: float
 ) -> HaloCache:
     """The node's halo cache of `rows` rows: mapped from its file, or filled (and written)."""
-    if root is None:  # an in-memory store: fill privately
-        return _fill(feature_store, graph_store, rows)
-    path = cache_path(root, graph_store.partition_idx, rows)
+    path = None if root is None else cache_path(root, graph_store.partition_idx, rows)
+    return load_checked_or_fill(path, lambda: _fill(feature_store, graph_store, rows), timeout_s)
+
+
+def load_checked_or_fill(
+    path: Path | None, fill: Callable[[], HaloCache], timeout_s: float
+) -> HaloCache:
+    """The cache at `path` if it matches its checksum, else `fill()`ed and written there (by
+    one process of the node, under a file lock); filled privately when `path` is None (an
+    in-memory store)."""
+    if path is None:
+        return fill()
     if checksum_problem(path):
-        with file_lock(path.with_suffix(".lock"), timeout_s, "a process filling the halo cache"):
+        with file_lock(path.with_suffix(".lock"), timeout_s, "a process filling a feature cache"):
             problem = checksum_problem(path)  # another process may have filled it meanwhile
             if problem:
                 if path.exists():
-                    log.warning("halo cache %s: %s; rebuilding it", path, problem)
-                cache = _fill(feature_store, graph_store, rows)
-                save_checked(_to_file(cache), path)
+                    log.warning("feature cache %s: %s; rebuilding it", path, problem)
+                save_checked(_to_file(fill()), path)
     return _from_file(torch.load(path, weights_only=True, mmap=True))
 
 
-def _fill(feature_store: Any, graph_store: Any, rows: int) -> HaloCache:
-    ids = rank_halo(graph_store, rows)
+def fetch_rows(feature_store: Any, ids: dict[Any, np.ndarray]) -> HaloCache:
+    """A cache of `ids` (per node type), their rows fetched from the owners in bounded
+    chunks, bypassing every cache."""
     feats = {}
     for group, gids in ids.items():
         attrs = feature_store.attr_names(group)
@@ -118,6 +128,10 @@ def _fill(feature_store: Any, graph_store: Any, rows: int) -> HaloCache:
         for a in attrs:
             feats[(group, a)] = torch.cat([p[a] for p in parts])
     return HaloCache(ids, feats)
+
+
+def _fill(feature_store: Any, graph_store: Any, rows: int) -> HaloCache:
+    return fetch_rows(feature_store, rank_halo(graph_store, rows))
 
 
 def _to_file(cache: HaloCache) -> dict[str, Any]:

@@ -71,6 +71,7 @@ class SamplerOptions:
     time_attr: str | None = None
     attrs: tuple[str, ...] | None = None  # node attributes to gather (None: all)
     feature_cache_size: int = 0  # halo feature cache rows (0: off)
+    hot_cache_bytes: int = 0  # hot-node feature cache bytes (0: off; see `hot_cache`)
     feature_wire_dtype: str = "store"  # remote features in transit (see `wire.feature_dtype`)
 
     def __post_init__(self) -> None:
@@ -141,7 +142,7 @@ class DistNeighborSampler:
         self.num_neighbors = num_neighbors
         self.router = router
         self.feature_store.router = self.feature_store.router or router
-        self.feature_store.use_cache(o.feature_cache_size, self.graph_store)
+        self.feature_store.use_cache(o.feature_cache_size, self.graph_store, o.hot_cache_bytes)
         self.partition_idx = self.graph_store.partition_idx
         self.stats = HopStats()
         self.wire = wire.IdWire.of(self.graph_store.meta)  # id widths on the wire, fixed once

@@ -6,7 +6,7 @@ arrive first; a PyG-style script registers after `init_rpc`, and hop / features 
 arrive before then wait for it (`endpoints.await_registered`). The `remote_*` functions below
 are the service table, every endpoint a peer can call, by name (`rpc.call_async(peer, "hop",
 args)`): hop (with optional seed times), features, sample_batch (with optional seed times),
-sample_edges, prepare_sampler (a loader's warm-up), tensor_pull / tensor_push / tensor_apply
+sample_edges, hot_nodes (a peer's hot-cache ranking), prepare_sampler (a loader's warm-up), tensor_pull / tensor_push / tensor_apply
 (DistTensor rows, served by the process holding the shard), stats, ping, stop. They run on this
 process's RPC threads against the registered stores.
 
@@ -22,7 +22,7 @@ from typing import Any
 
 from torch import Tensor
 
-from app.distributed import endpoints, tensor, wire
+from app.distributed import endpoints, hot_cache, tensor, wire
 from app.distributed.endpoints import endpoint
 from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.graph_store import LocalGraphStore
@@ -64,6 +64,14 @@ def remote_features(
         raise RuntimeError("this process serves no features (no feature store registered)")
     rows = fs.local_get(ids, group, attrs)
     return {a: wire.narrow_rows(t, wire_dtype) for a, t in rows.items()}
+
+
+@endpoint("hot_nodes")
+def remote_hot_nodes(group: Any, k: int) -> tuple[Tensor, Tensor]:
+    """(ids, in-degrees) of this partition's `k` highest in-degree nodes of type `group`: a
+    peer's hot cache ranks them (`hot_cache`)."""
+    endpoints.await_registered()
+    return hot_cache.hot_nodes(endpoints.stores()[1], group, k)
 
 
 @endpoint("sample_batch")

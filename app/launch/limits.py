@@ -119,7 +119,8 @@ class HostMemory:
     host: int
     partition: int  # its part's files (features, labels, in-edges) + the node map
     halo: int  # halo node ids and id maps
-    cache: int  # the halo feature cache (sampler.feature_cache_size rows, shared on the host)
+    cache: int  # the halo and hot feature caches (sampler.feature_cache_size rows and
+    # sampler.hot_cache_bytes, shared on the host)
     processes: int  # fixed cost of every process of the job on the host
     eval_tables: int  # layer-wise evaluation's tables of the host's nodes (0: sampled)
     num_processes: int = 0
@@ -250,7 +251,7 @@ def _host(
         host=p,
         partition=part,
         halo=halo * HALO_BYTES,
-        cache=cache_rows * features * feature_bytes(cfg),
+        cache=cache_rows * features * feature_bytes(cfg) + cfg.sampler.hot_cache_bytes,
         processes=fixed,
         eval_tables=_eval_table_bytes(cfg, nodes, features),
         num_processes=count,
@@ -266,7 +267,9 @@ def fix_for(term: str, cfg: Config) -> str:
             return f"{more_hosts} or dataset.feature_dtype=float16"
         return more_hosts
     if term == "cache":
-        return f"a smaller sampler.feature_cache_size (now {cfg.sampler.feature_cache_size})"
+        s = cfg.sampler
+        hot = f" or sampler.hot_cache_bytes (now {s.hot_cache_bytes})" if s.hot_cache_bytes else ""
+        return f"a smaller sampler.feature_cache_size (now {s.feature_cache_size}){hot}"
     if term == "evaluation tables":
         return "train.eval_mode=sampled (sampled evaluation of the val/test nodes)"
     if term == "halo":

@@ -17,7 +17,6 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.nn.parallel import DistributedDataParallel
 
 from app.config import Config
 from app.dataset.link_split import HETERO_LINK_TYPE
@@ -35,6 +34,7 @@ from app.partition.link import load_held_out
 from app.partition.reader import load_partition, load_partition_book
 from app.placement import trainer_device
 from app.runtime import Runtime
+from app.task.ddp import wrap_ddp
 from app.task.metrics import all_reduce
 from app.task.source import EdgeType, GraphSource, Schema, eval_cap
 from app.task.tables import Tables, make_dist_tables
@@ -185,6 +185,7 @@ class PartitionSource(GraphSource):
         )
 
     def wrap(self, model: nn.Module, find_unused: bool = False) -> nn.Module:
-        """DDP over the trainers (each on its device: `trainer_device`)."""
-        ids = [self.device.index] if self.device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=ids, find_unused_parameters=find_unused)
+        """DDP over the trainers (each on its device: `trainer_device`), with the configured
+        gradient buckets and compression hook (`app.task.ddp`)."""
+        t = self.cfg.train
+        return wrap_ddp(model, self.device, find_unused, t.ddp_comm_hook, t.ddp_bucket_cap_mb)

@@ -338,7 +338,8 @@ def _score_checkpoint(
 
 
 def _data_path(loader: TrainLoader, steps: int) -> dict[str, float]:
-    """The epoch's remote traffic over every trainer: bytes per batch, halo-cache hit rate.
+    """The epoch's remote traffic over every trainer: bytes per batch, the share of remote rows
+    the caches served (`cache_hit_rate`: halo and hot; `hot_cache_hit_rate`: the hot cache's).
 
     Distributed loaders count what their samplers fetched by RPC since the last call; local
     loaders fetch nothing remote (empty stats) and log nothing. Collective when the stats are
@@ -347,13 +348,13 @@ def _data_path(loader: TrainLoader, steps: int) -> dict[str, float]:
     d = loader.data_stats()
     if not (d and steps):
         return {}
-    rows, hits, feature_bytes, hop_bytes = all_reduce(
-        [d.get(k, 0.0) for k in ("feature_rows", "cache_hits", "feature_bytes", "hop_bytes")]
-    )
+    keys = ("feature_rows", "cache_hits", "hot_cache_hits", "feature_bytes", "hop_bytes")
+    rows, hits, hot, feature_bytes, hop_bytes = all_reduce([d.get(k, 0.0) for k in keys])
     return {
         "remote_feature_bytes_per_batch": feature_bytes / steps,
         "hop_bytes_per_batch": hop_bytes / steps,
         "cache_hit_rate": hits / (rows + hits) if rows + hits else 0.0,
+        "hot_cache_hit_rate": hot / (rows + hits) if rows + hits else 0.0,
     }
 
 

@@ -40,5 +40,8 @@ def test_hetero_equals_bfs(tmp_path):
 
 @pytest.mark.long  # its own 2-process job
 def test_hot_node_cache_returns_the_rows_a_remote_fetch_does(tmp_path, homo_graph):
+    """The halo cache (40 rows) and, beside it, the hot cache (`sampler.hot_cache_bytes`: 30
+    rows of x and y) hold the rows a remote fetch returns."""
     write_homo(tmp_path / "part", homo_graph["edge_index"], homo_graph["x"], homo_graph["y"], 2)
-    run_checks(tmp_path, homo_graph, 2, 0, "check_cache", cache=40)
+    row = homo_graph["x"][0].numel() * homo_graph["x"].element_size() + 8  # x and int64 y
+    run_checks(tmp_path, homo_graph, 2, 0, "check_cache", cache=40, hot=30 * row)

@@ -157,6 +157,7 @@ def _loader_kwargs(rt, spec: dict, ctx) -> dict:
         rpc_timeout=spec["timeout"], concurrency=spec.get("concurrency", 2), seed=5,
         batch_size=spec["batch_size"],
         **({"feature_cache_size": spec["cache"]} if "cache" in spec else {}),
+        **({"hot_cache_bytes": spec["hot"]} if "hot" in spec else {}),
     )  # fmt: skip
 
 
@@ -411,11 +412,39 @@ def check_cache(rt, spec: dict) -> int:
         narrow = fs.fetch(ids, None, ["x"], cache=False, wire_dtype="float16")["x"]
         assert narrow.dtype == torch.float32  # widened back to the store's dtype
         assert torch.equal(narrow, g["x"][ids].half().float())
+        if spec.get("hot"):
+            _check_hot(fs, g, spec["hot"])
         failed = False
     finally:
         shutdown(ctx, 60.0, failed)
     print("CHECKS OK cache", flush=True)
     return 0
+
+
+def _check_hot(fs, g: dict, budget: int) -> None:
+    """The hot cache holds remote nodes the halo cache does not, the highest in-degree ones
+    that fit `budget` bytes, with the rows a remote fetch returns; a fetch through both caches
+    returns the original rows."""
+    import numpy as np
+    import torch
+
+    hot = torch.from_numpy(fs.hot.ids[None])
+    n = g["x"].shape[0]
+    remote = np.flatnonzero(fs.owner(np.arange(n)) != fs.partition_idx)
+    assert 0 < hot.numel() and hot.numel() * fs.row_nbytes(None) <= budget, hot.numel()
+    assert np.isin(hot.numpy(), remote).all(), "cached an owned node"
+    assert not np.isin(hot.numpy(), fs.cache.ids[None]).any(), "holds a halo-cached node"
+    degree = torch.bincount(g["edge_index"][1], minlength=n).numpy()
+    rest = np.setdiff1d(remote, np.concatenate([hot.numpy(), fs.cache.ids[None]]))
+    assert degree[hot.numpy()].min() >= degree[rest].max(), "not the highest-degree nodes"
+    fetched = fs.fetch(hot, None, ["x", "y"], cache=False)
+    for attr in ("x", "y"):
+        cached = torch.from_numpy(fs.hot.rows(None, attr))
+        assert torch.equal(cached, fetched[attr]) and torch.equal(cached, g[attr][hot]), attr
+    before = fs.hot_hits
+    everything = torch.arange(n)
+    assert torch.equal(fs.fetch(everything, None, ["x"])["x"], g["x"]), "cached rows differ"
+    assert fs.hot_hits - before == hot.numel(), (fs.hot_hits, before)
 
 
 CHECKS = {

@@ -22,7 +22,8 @@ pytestmark = pytest.mark.dist
 JOB_ONLY = {"epochs_done", "world_size"}  # the launcher's result.json adds these
 JOB_ONLY |= {"peak_pss_gib", "peak_pss_gib/host0", "peak_pss_gib/host1"}  # ... and its memory
 # remote traffic of distributed loaders (app/train/loop.py `_data_path`); local loaders log none
-DATA_PATH = {"remote_feature_bytes_per_batch", "hop_bytes_per_batch", "cache_hit_rate"}
+DATA_PATH = {"remote_feature_bytes_per_batch", "hop_bytes_per_batch"}
+DATA_PATH |= {"cache_hit_rate", "hot_cache_hit_rate"}
 
 
 @pytest.fixture(scope="module")

@@ -76,6 +76,10 @@ def test_groups_switch(compose):
         ("partition.order=bfs", "partition.order='bfs'.*original, locality"),
         ("partition.order=locality", "partition.order='locality'.*partition.relabel=true"),
         ("sampler.feature_wire_dtype=int8", "feature_wire_dtype='int8'.*store, float16"),
+        ("sampler.hot_cache_bytes=-1", "sampler.hot_cache_bytes=-1: must be a whole number"),
+        ("train.ddp_comm_hook=int8", "train.ddp_comm_hook='int8': expected one of none, fp16"),
+        ("train.ddp_comm_hook=bf16", "train.ddp_comm_hook='bf16': PyTorch's bf16 hook needs NCCL"),
+        ("train.ddp_bucket_cap_mb=0", "train.ddp_bucket_cap_mb=0.0: must be > 0"),
         (
             "sampler.feature_wire_dtype=bfloat16 dataset.feature_dtype=float16",
             "feature_wire_dtype='bfloat16': would round the float16 store's features again",
@@ -138,6 +142,10 @@ def test_cli_prints_composed_config():
         ("train.epochz=3", "train.epochz=3: unknown key 'epochz'; did you mean train.epochs?"),
         ("modle.name=gat", "modle.name=gat: unknown key 'modle'; did you mean model?"),
         ("train.epochs=abc", "train.epochs=abc: Value 'abc' of type 'str' could not be converted"),
+        (
+            "sampler.hot_cache_bytes=64MB",
+            "sampler.hot_cache_bytes=64MB: Value '64MB' of type 'str' could not be converted",
+        ),
     ],
 )
 def test_override_precheck_names_key_value_and_fix(arg, message):

@@ -86,6 +86,7 @@ class DistLoader(BatchEngine):
         transform: Callable | None = None,
         attrs: list[str] | None = None,
         feature_cache_size: int = SamplerConfig.feature_cache_size,
+        hot_cache_bytes: int = SamplerConfig.hot_cache_bytes,
         feature_wire_dtype: str = SamplerConfig.feature_wire_dtype,
         async_sampling: bool = True,
         device: Any = None,
@@ -94,11 +95,11 @@ class DistLoader(BatchEngine):
         **unknown: Any,
     ) -> None:
         _refuse(unknown, channel, rpc_worker_names, dist_sampler)
-        if concurrency <= 0 or num_workers < 0 or feature_cache_size < 0:
+        if concurrency <= 0 or num_workers < 0 or feature_cache_size < 0 or hot_cache_bytes < 0:
             raise ValueError(
                 f"concurrency={concurrency}, num_workers={num_workers}, feature_cache_size="
-                f"{feature_cache_size}: need concurrency > 0, num_workers >= 0, "
-                "feature_cache_size >= 0 (sampler.feature_cache_size=0: off)"
+                f"{feature_cache_size}, hot_cache_bytes={hot_cache_bytes}: need concurrency > 0, "
+                "num_workers >= 0, feature_cache_size >= 0 and hot_cache_bytes >= 0 (0: off)"
             )
         if num_workers and current_ctx is None:
             raise ValueError(f"num_workers={num_workers} needs current_ctx (sampler processes)")
@@ -121,6 +122,7 @@ class DistLoader(BatchEngine):
             router=router,
             attrs=attrs,
             feature_cache_size=feature_cache_size,
+            hot_cache_bytes=hot_cache_bytes,
             feature_wire_dtype=feature_wire_dtype,
         )
         inputs = self._inputs(sampler)  # refused before any process starts
