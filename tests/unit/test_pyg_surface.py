@@ -144,14 +144,38 @@ def test_loader_accepts_dataloader_arguments_of_pyg_examples(tmp_path, caplog):
     pyg_dist.Partitioner(_temporal_graph(), 1, str(root)).generate_partition()
     stores = (pyg_dist.LocalFeatureStore.from_partition(root, 0),
               pyg_dist.LocalGraphStore.from_partition(root, 0))  # fmt: skip
-    with pyg_dist.DistNeighborLoader(stores, [2], batch_size=8, persistent_workers=True,
-                                     pin_memory=False) as loader:  # fmt: skip
-        batch = next(iter(loader))
-        assert repr(loader).startswith("DistNeighborLoader(pid=")
-        assert loader.dist_sampler is loader.sampler
+    loader = pyg_dist.DistNeighborLoader(stores, [2], batch_size=8, persistent_workers=True,
+                                         pin_memory=False)  # fmt: skip
+    batch = next(iter(loader))
+    assert repr(loader).startswith("DistNeighborLoader(pid=")
+    assert loader.dist_sampler is loader.sampler
+    loader.close()
     assert torch.equal(batch.edge_attr, _temporal_graph().edge_attr[batch.e_id])
     pyg_dist.DistNeighborLoader(stores, [2], persistent_workers=False).close()
     assert "persistent_workers=False has no effect" in caplog.text
+
+
+def test_with_loader_iterates_one_epoch_and_keeps_the_loader_open(tmp_path):
+    """PyG's recipe: `with loader as it: next(it)` initialises a model, then epochs follow."""
+    root = tmp_path / "g-partitions"
+    pyg_dist.Partitioner(_temporal_graph(), 1, str(root)).generate_partition()
+    stores = (pyg_dist.LocalFeatureStore.from_partition(root, 0),
+              pyg_dist.LocalGraphStore.from_partition(root, 0))  # fmt: skip
+    loader = pyg_dist.DistNeighborLoader(stores, [2], batch_size=8, concurrency=3, shuffle=True)
+    every = stores[0].get_global_id().sort().values
+    for _ in range(2):
+        with loader as it:
+            assert next(it).batch_size == 8
+        assert loader.channel.empty()  # the batches it had in flight were collected
+        seeds = [b.n_id[: b.batch_size] for b in loader]  # a whole epoch after the block
+        assert len(seeds) == len(loader) == 5 and torch.equal(torch.cat(seeds).sort().values, every)
+    with pytest.raises(RuntimeError, match="in the block"):
+        with loader as it:
+            next(it)
+            raise RuntimeError("in the block")
+    with loader as it:
+        assert sum(1 for _ in it) == len(loader)
+    loader.close()
 
 
 def test_init_rpc_refuses_worker_names():

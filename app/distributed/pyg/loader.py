@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -54,7 +54,8 @@ class DistLoader(BatchEngine):
     channel, num_rpc_threads, rpc_timeout, dist_sampler`), the rest by keyword. With a
     context built from PyG's five fields (a hand-launched script), the loader derives the RPC
     identity (`DistContext.for_partition`), starts its own `num_workers` sampler processes and
-    stops them when closed (`close`, `with loader:`, garbage collection or interpreter exit).
+    stops them when closed (`close`, garbage collection or interpreter exit; `with loader as it:`
+    iterates one epoch and leaves the loader open, as PyG's).
     Arguments PyG has and this loader cannot honour are refused with one line. Subclasses say
     what the inputs are (`_inputs`).
     """
@@ -135,6 +136,7 @@ class DistLoader(BatchEngine):
             num_rpc_threads,
         )
         self._left = weakref.finalize(self, workers.leave, group)
+        self._iterator: Generator[Any, None, None] | None = None  # `with loader as it:`
         to = None if device is None else torch.device(device)
         feeding = feeding_for(self.ctx, num_workers, concurrency, rpc_timeout)
         super().__init__(sampler, inputs, batching, feeding, to, transform, async_sampling)
@@ -198,11 +200,19 @@ class DistLoader(BatchEngine):
         super().close()
         self._left()
 
-    def __enter__(self) -> DistLoader:
-        return self
+    def __enter__(self) -> Iterator[Any]:
+        """PyG's: an iterator over a new epoch (`with loader as it: batch = next(it)`, e.g. to
+        initialise a model's lazy parameters). The loader stays open: leaving the block drops
+        that iterator and collects its batches still in flight, and the next epoch starts
+        afresh (PyG's `__exit__` also waits for every rank; a script wanting that calls
+        `torch.distributed.barrier()`). `close()` releases the loader."""
+        self._iterator = iter(self)
+        return self._iterator
 
     def __exit__(self, *_: Any) -> None:
-        self.close()
+        it, self._iterator = self._iterator, None
+        if it is not None:
+            it.close()
 
     @contextmanager
     def enable_multithreading(self, num_threads: int | None = None) -> Iterator[None]:
