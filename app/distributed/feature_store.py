@@ -495,6 +495,15 @@ class LocalFeatureStore(FeatureStore):
 
     # -- FeatureStore API ---------------------------------------------------------------------
 
+    @staticmethod
+    def key(attr: TensorAttr) -> tuple[Group, str]:
+        """PyG's: the (group, attribute name) a tensor is kept under."""
+        return (attr.group_name, attr.attr_name)
+
+    def has_edge_attr(self) -> bool:
+        """PyG's: whether some edge type (`(None, None)` when homogeneous) has `edge_attr`."""
+        return any(name == "edge_attr" for _, name in self._feat)
+
     def _put_tensor(self, tensor: Tensor, attr: TensorAttr) -> bool:
         self._views.clear()
         self._by_id.discard((attr.group_name, attr.attr_name))

@@ -217,3 +217,35 @@ def test_event_loop_runs_tasks_and_reports_failures():
         loop.wait_all()
     assert sorted(got) == [0, 2, 4]
     loop.close()
+
+
+def test_store_and_partitioner_helpers_answer_as_pygs(tmp_path):
+    """`LocalFeatureStore.key` / `has_edge_attr` and `Partitioner.is_*_level_time`, asked of
+    PyG's own classes on the same partitions and graphs."""
+    import warnings
+
+    from torch_geometric.data import HeteroData
+
+    with warnings.catch_warnings():  # PyG's package warns that it is deprecated
+        warnings.simplefilter("ignore")
+        import torch_geometric.distributed as pyg
+
+    homo = _temporal_graph()  # node time, edge_attr
+    hetero = HeteroData()
+    hetero["user"].num_nodes, hetero["movie"].x = 6, torch.randn(5, 2)
+    hetero["user", "rates", "movie"].edge_index = torch.tensor([[0, 1, 5, 2], [4, 0, 1, 1]])
+    hetero["user", "rates", "movie"].time = torch.arange(4)  # edge time
+    edge_time = Data(edge_index=torch.tensor([[0, 1], [1, 2]]), edge_time=torch.tensor([3, 4]))
+    for data in (homo, hetero, edge_time, Data(x=torch.randn(3, 1))):
+        ours, theirs = pyg_dist.Partitioner(data, 2, "unused"), pyg.Partitioner(data, 2, "unused")
+        assert ours.is_node_level_time == theirs.is_node_level_time
+        assert ours.is_edge_level_time == theirs.is_edge_level_time
+    for name, data in (("homo", homo), ("hetero", hetero)):
+        root = tmp_path / f"{name}-partitions"
+        pyg_dist.Partitioner(data, 1, str(root)).generate_partition()
+        ours = pyg_dist.LocalFeatureStore.from_partition(root, 0)
+        theirs = pyg.LocalFeatureStore.from_partition(str(root), 0)
+        assert ours.has_edge_attr() == theirs.has_edge_attr() == (name == "homo")
+        for attr in ours.get_all_tensor_attrs():
+            assert ours.key(attr) == theirs.key(attr) == (attr.group_name, attr.attr_name)
+            assert torch.equal(ours[ours.key(attr)], theirs[theirs.key(attr)])
