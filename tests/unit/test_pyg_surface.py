@@ -178,6 +178,25 @@ def test_with_loader_iterates_one_epoch_and_keeps_the_loader_open(tmp_path):
     loader.close()
 
 
+def test_tensors_put_in_the_trainer_are_refused_with_sampler_processes(tmp_path):
+    """Sampler processes load the partition's files: a tensor put in the script (PyG's recipe
+    adds user features so) would be missing there, so it is refused before any process starts."""
+    root = tmp_path / "g-partitions"
+    pyg_dist.Partitioner(_temporal_graph(), 1, str(root)).generate_partition()
+    stores = (pyg_dist.LocalFeatureStore.from_partition(root, 0),
+              pyg_dist.LocalGraphStore.from_partition(root, 0))  # fmt: skip
+    assert not stores[0].put_keys  # what the partition's files hold
+    stores[0].put_tensor(torch.ones(40, 2), group_name=None, attr_name="z")
+    ctx = pyg_dist.DistContext(rank=0, global_rank=0, world_size=1, global_world_size=1,
+                               group_name="g")  # fmt: skip
+    with pytest.raises(ValueError, match="num_workers=2: z put into the feature store"):
+        pyg_dist.DistNeighborLoader(stores, [2], "127.0.0.1", 1, ctx, num_workers=2)
+    loader = pyg_dist.DistNeighborLoader(stores, [2], batch_size=4)  # this process samples
+    batch = next(iter(loader))
+    assert torch.equal(batch.z, torch.ones(batch.num_nodes, 2))  # served by this process
+    loader.close()
+
+
 def test_init_rpc_refuses_worker_names():
     from app.distributed import rpc
 

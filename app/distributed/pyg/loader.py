@@ -105,6 +105,7 @@ class DistLoader(BatchEngine):
             raise ValueError(f"num_workers={num_workers} needs current_ctx (sampler processes)")
         batching = EpochBatching(batch_size, shuffle, drop_last, seed)
         stores = _stores(data, current_ctx)
+        _refuse_put_tensors(stores[0], num_workers)
         gs = stores[1]
         self.ctx = current_ctx
         if current_ctx is not None:  # PyG's five fields → our RPC identity (no-op if derived)
@@ -239,6 +240,19 @@ def _set_threads(feeding: SamplerProcesses, num_threads: int) -> None:
     calls = [rpc.call_async(w, workers.set_threads, (num_threads,)) for w in feeding.workers]
     for call in calls:
         call.wait()
+
+
+def _refuse_put_tensors(fs: LocalFeatureStore, num_workers: int) -> None:
+    """Sampler processes load the partition from its files: tensors this process put into its
+    feature store (PyG's recipe adds user features so) would be missing there."""
+    if num_workers and fs.put_keys:
+        names = sorted(name if g is None else f"{g}.{name}" for g, name in fs.put_keys)
+        raise ValueError(
+            f"num_workers={num_workers}: {', '.join(names)} put into the feature store in this "
+            "process (put_tensor) would be missing in the sampler processes, which load the "
+            f"partition from {fs.root}: pass num_workers=0 (this process then samples and "
+            "serves them), or write them into the partition before partitioning"
+        )
 
 
 def _stores(data: Stores | str | Path, ctx: DistContext | None) -> Stores:
