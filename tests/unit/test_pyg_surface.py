@@ -152,6 +152,12 @@ def test_loader_accepts_dataloader_arguments_of_pyg_examples(tmp_path, caplog):
     loader.close()
     assert torch.equal(batch.edge_attr, _temporal_graph().edge_attr[batch.e_id])
     pyg_dist.DistNeighborLoader(stores, [2], persistent_workers=False).close()
+    assert "has no effect" not in caplog.text  # no sampler process: what PyG's recipe passes
+    pyg_dist.DistNeighborLoader(stores, [2], pin_memory=True).close()
+    assert "pin_memory=True has no effect" in caplog.text
+    from app.distributed.pyg.loader import _refuse  # the rule with sampler processes
+
+    _refuse({"persistent_workers": False}, None, None, None)
     assert "persistent_workers=False has no effect" in caplog.text
 
 

@@ -94,6 +94,8 @@ class DistLoader(BatchEngine):
         rpc_worker_names: Any = None,
         **unknown: Any,
     ) -> None:
+        if not num_workers and not unknown.get("persistent_workers", True):
+            del unknown["persistent_workers"]  # no sampler process: nothing persists (PyG's)
         _refuse(unknown, channel, rpc_worker_names, dist_sampler)
         if concurrency <= 0 or num_workers < 0 or feature_cache_size < 0:
             raise ValueError(
