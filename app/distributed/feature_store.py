@@ -501,6 +501,10 @@ class LocalFeatureStore(FeatureStore):
         """PyG's: the (group, attribute name) a tensor is kept under."""
         return (attr.group_name, attr.attr_name)
 
+    def tensors_put(self) -> dict[tuple[Group, str], Tensor]:
+        """The tensors put by `put_tensor` (not read from the partition's files), by key."""
+        return {key: self._feat[key] for key in self.put_keys}
+
     def has_edge_attr(self) -> bool:
         """PyG's: whether some edge type (`(None, None)` when homogeneous) has `edge_attr`."""
         return any(name == "edge_attr" for _, name in self._feat)

@@ -347,12 +347,14 @@ def _local_recipe(root: Path, recipe, epochs: int) -> dict:
 
 
 @pytest.mark.long  # two ranks train 2 epochs and test, then the single-machine run (~2 min)
-def test_temporal_link_recipe_trains_as_pyg_local_loader(tmp_path):
+@pytest.mark.parametrize("workers", [0, 2])
+def test_temporal_link_recipe_trains_as_pyg_local_loader(tmp_path, workers):
     """PyG's distributed temporal link recipe (MovieLens' shape, `DistLinkNeighborLoader(...,
     disjoint=True, time_attr='edge_time', temporal_strategy='last', edge_label_time=...)`,
     `to_hetero` SAGE + DDP, `with loader as it:` to initialise) on 2 ranks equals the same loop
     run with PyG's local `LinkNeighborLoader`: every step's loss on each rank and the test
-    predictions after training, from the parameters DDP started from."""
+    predictions after training, from the parameters DDP started from. The user features the
+    recipe puts into its feature store reach the sampler processes (`workers`)."""
     import torch
 
     _partition_script().partition_dataset("movielens", str(tmp_path), 2)
@@ -360,7 +362,8 @@ def test_temporal_link_recipe_trains_as_pyg_local_loader(tmp_path):
     ddp, train, test = free_ports(3)
     outs = run_ranks("temporal_link_movielens.py", "--dataset_root_dir", str(tmp_path),
                      "--ddp_port", str(ddp), "--train_loader_port", str(train),
-                     "--test_loader_port", str(test), "--record_dir", str(tmp_path / "record"))  # fmt: skip
+                     "--test_loader_port", str(test), "--record_dir", str(tmp_path / "record"),
+                     "--num_workers", str(workers))  # fmt: skip
     for rank, out in enumerate(outs):
         assert f"[node {rank}] epoch 2: loss" in out and "test rmse" in out, out[-2000:]
     local = _local_recipe(tmp_path, _script_module("temporal_link_movielens"), 2)

@@ -184,23 +184,42 @@ def test_with_loader_iterates_one_epoch_and_keeps_the_loader_open(tmp_path):
     loader.close()
 
 
-def test_tensors_put_in_the_trainer_are_refused_with_sampler_processes(tmp_path):
-    """Sampler processes load the partition's files: a tensor put in the script (PyG's recipe
-    adds user features so) would be missing there, so it is refused before any process starts."""
+def test_tensors_put_in_the_script_are_served(tmp_path):
+    """A tensor put into the feature store in the script (PyG's recipe adds user features so)
+    is in the batches; `tensors_put` is what the loader hands its sampler processes, which
+    load the partition's files (tests/compat/test_pyg_scripts.py, num_workers=2)."""
     root = tmp_path / "g-partitions"
     pyg_dist.Partitioner(_temporal_graph(), 1, str(root)).generate_partition()
     stores = (pyg_dist.LocalFeatureStore.from_partition(root, 0),
               pyg_dist.LocalGraphStore.from_partition(root, 0))  # fmt: skip
-    assert not stores[0].put_keys  # what the partition's files hold
-    stores[0].put_tensor(torch.ones(40, 2), group_name=None, attr_name="z")
-    ctx = pyg_dist.DistContext(rank=0, global_rank=0, world_size=1, global_world_size=1,
-                               group_name="g")  # fmt: skip
-    with pytest.raises(ValueError, match="num_workers=2: z put into the feature store"):
-        pyg_dist.DistNeighborLoader(stores, [2], "127.0.0.1", 1, ctx, num_workers=2)
-    loader = pyg_dist.DistNeighborLoader(stores, [2], batch_size=4)  # this process samples
+    assert stores[0].tensors_put() == {}  # what the partition's files hold is not "put"
+    z = torch.arange(80.0).view(40, 2)
+    stores[0].put_tensor(z, group_name=None, attr_name="z")
+    assert list(stores[0].tensors_put()) == [(None, "z")]
+    loader = pyg_dist.DistNeighborLoader(stores, [2], batch_size=4)
     batch = next(iter(loader))
-    assert torch.equal(batch.z, torch.ones(batch.num_nodes, 2))  # served by this process
+    assert torch.equal(batch.z, z[batch.n_id])
     loader.close()
+    stores[0].remove_tensor(group_name=None, attr_name="z")
+    assert stores[0].tensors_put() == {}
+
+
+def test_a_tensor_put_after_the_samplers_started_is_refused():
+    """Sampler processes get the script's tensors when the first loader starts them; a later
+    loader whose store has more is refused in one line (its samplers would lack them)."""
+    from app.distributed import workers
+
+    ctx = pyg_dist.DistContext(0, 0, 1, 1, "g").for_partition(1, 0, 2)
+    running = workers.Group(ctx, 1.0, users=1, put=frozenset({("user", "x")}))
+    workers._current["group"] = running  # what the first loader's join left
+    try:
+        late = {("user", "x"): torch.ones(1), ("movie", "z"): torch.ones(1)}
+        with pytest.raises(ValueError, match=r"\('movie', 'z'\) put into the feature store after"):
+            workers.join(ctx, "unused", "127.0.0.1", 1, 1.0, 1.0, 1, late)
+        assert workers.join(ctx, "unused", "127.0.0.1", 1, 1.0, 1.0, 1, {}) is running
+        assert running.users == 2
+    finally:
+        del workers._current["group"]
 
 
 def test_init_rpc_refuses_worker_names():

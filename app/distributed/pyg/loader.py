@@ -107,7 +107,6 @@ class DistLoader(BatchEngine):
             raise ValueError(f"num_workers={num_workers} needs current_ctx (sampler processes)")
         batching = EpochBatching(batch_size, shuffle, drop_last, seed)
         stores = _stores(data, current_ctx)
-        _refuse_put_tensors(stores[0], num_workers)
         gs = stores[1]
         self.ctx = current_ctx
         if current_ctx is not None:  # PyG's five fields → our RPC identity (no-op if derived)
@@ -184,7 +183,14 @@ class DistLoader(BatchEngine):
             return None
         root = None if stores[1].root is None else str(stores[1].root)
         return workers.join(
-            self.ctx, root, master_addr, int(master_port), rpc_timeout, init_timeout, threads
+            self.ctx,
+            root,
+            master_addr,
+            int(master_port),
+            rpc_timeout,
+            init_timeout,
+            threads,
+            stores[0].tensors_put(),  # the script's put_tensor calls, for its sampler processes
         )
 
     @property
@@ -242,19 +248,6 @@ def _set_threads(feeding: SamplerProcesses, num_threads: int) -> None:
     calls = [rpc.call_async(w, workers.set_threads, (num_threads,)) for w in feeding.workers]
     for call in calls:
         call.wait()
-
-
-def _refuse_put_tensors(fs: LocalFeatureStore, num_workers: int) -> None:
-    """Sampler processes load the partition from its files: tensors this process put into its
-    feature store (PyG's recipe adds user features so) would be missing there."""
-    if num_workers and fs.put_keys:
-        names = sorted(name if g is None else f"{g}.{name}" for g, name in fs.put_keys)
-        raise ValueError(
-            f"num_workers={num_workers}: {', '.join(names)} put into the feature store in this "
-            "process (put_tensor) would be missing in the sampler processes, which load the "
-            f"partition from {fs.root}: pass num_workers=0 (this process then samples and "
-            "serves them), or write them into the partition before partitioning"
-        )
 
 
 def _stores(data: Stores | str | Path, ctx: DistContext | None) -> Stores:
