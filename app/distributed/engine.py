@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,7 +105,7 @@ class BatchEngine:
         n, cap = self.batching.num_batches(self.num_inputs), self.schedule.max_batches
         return min(n, cap) if cap else n
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Generator[Any, None, None]:
         epoch, batches = self.epoch, self._epoch_batches(self.epoch)
         self.epoch += 1
         return self._pipeline(batches, epoch)
@@ -157,7 +157,7 @@ class BatchEngine:
             _drain(ahead[1])
         return deque()
 
-    def _pipeline(self, batches: list[Tensor], epoch: int) -> Iterator[Any]:
+    def _pipeline(self, batches: list[Tensor], epoch: int) -> Generator[Any, None, None]:
         """Keep the window full; yield the batches in order."""
         window = self._window = self._prefetched(epoch)
         todo = iter(enumerate(batches))
@@ -237,6 +237,7 @@ def _drain(window: deque[Pending]) -> None:
             pending.wait()
         except Exception as err:  # the epoch is over; a failed leftover batch changes nothing
             log.debug("dropped an in-flight batch: %s", err)
+    window.clear()
 
 
 def find_labels(fs: LocalFeatureStore, gs: LocalGraphStore) -> Any:

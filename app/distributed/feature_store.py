@@ -90,6 +90,7 @@ class LocalFeatureStore(FeatureStore):
         self._feat: dict[tuple[Group, str], Tensor] = {}
         self._global_id: dict[Group, Tensor] = {}
         self._by_id: set[tuple[Group, str]] = set()  # attributes indexed by global id (time)
+        self.put_keys: set[tuple[Group, str]] = set()  # put by `put_tensor` (not from files)
         self.num_partitions = 1
         self.partition_idx = 0
         self.node_feat_pb: PartitionBook | dict[str, PartitionBook] | None = None
@@ -549,8 +550,22 @@ class LocalFeatureStore(FeatureStore):
 
     # -- FeatureStore API ---------------------------------------------------------------------
 
+    @staticmethod
+    def key(attr: TensorAttr) -> tuple[Group, str]:
+        """PyG's: the (group, attribute name) a tensor is kept under."""
+        return (attr.group_name, attr.attr_name)
+
+    def tensors_put(self) -> dict[tuple[Group, str], Tensor]:
+        """The tensors put by `put_tensor` (not read from the partition's files), by key."""
+        return {key: self._feat[key] for key in self.put_keys}
+
+    def has_edge_attr(self) -> bool:
+        """PyG's: whether some edge type (`(None, None)` when homogeneous) has `edge_attr`."""
+        return any(name == "edge_attr" for _, name in self._feat)
+
     def _put_tensor(self, tensor: Tensor, attr: TensorAttr) -> bool:
         self._views.clear()
+        self.put_keys.add((attr.group_name, attr.attr_name))
         self._by_id.discard((attr.group_name, attr.attr_name))
         self._feat[(attr.group_name, attr.attr_name)] = tensor
         return True
@@ -563,6 +578,7 @@ class LocalFeatureStore(FeatureStore):
 
     def _remove_tensor(self, attr: TensorAttr) -> bool:
         self._views.clear()
+        self.put_keys.discard((attr.group_name, attr.attr_name))
         self._by_id.discard((attr.group_name, attr.attr_name))
         return self._feat.pop((attr.group_name, attr.attr_name), None) is not None
 

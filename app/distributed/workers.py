@@ -23,6 +23,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from torch import Tensor
+
 from app.config import Config
 from app.distributed import rpc, server, shm
 from app.distributed.context import DistContext
@@ -55,10 +57,13 @@ def run_sampler(
     rpc_port: int,
     rpc_timeout_s: float,
     init_timeout_s: float,
+    put: dict[tuple[Any, str], Tensor] | None = None,
 ) -> int:
     """Sampler-process main: serve partition `ctx.partition_idx` until told to stop; exit code.
 
-    `ctx` is the sampler's derived context (`DistContext.from_runtime` or `.sampler(w)`).
+    `ctx` is the sampler's derived context (`DistContext.from_runtime` or `.sampler(w)`);
+    `put`: tensors the script put into its feature store, (group, name) → tensor, put into
+    this process's store too (PyG's forked workers inherit them).
     """
     # Until it serves, SIGTERM / SIGINT end it at once: loading and joining block in C++,
     # where a Python handler would not run before the start-up timeout.
@@ -67,6 +72,8 @@ def run_sampler(
     log.info("%s: %s", ctx.worker_name, tune_process("sampler"))
     shm.remove_orphans()
     fs, gs = server.load_stores(partition_root, ctx.partition_idx)
+    for (group, name), tensor in (put or {}).items():
+        fs.put_tensor(tensor, group_name=group, attr_name=name)
     server.register(fs, gs, rpc.RPCRouter.for_context(ctx))
     stop, failed = server._stop, threading.Event()  # `stop` is set by the "stop" endpoint
     rpc.init_rpc(ctx, master_addr, rpc_port, timeout_s=rpc_timeout_s, init_timeout_s=init_timeout_s)
@@ -188,6 +195,7 @@ class Group:
     procs: list[SamplerProcess] = field(default_factory=list)
     users: int = 0
     closed: bool = False
+    put: frozenset[tuple[Any, str]] = frozenset()  # what its samplers were given (`join`)
 
 
 _lock = threading.Lock()
@@ -202,9 +210,12 @@ def join(
     rpc_timeout_s: float,
     init_timeout_s: float,
     num_rpc_threads: int,
+    put: dict[tuple[Any, str], Tensor] | None = None,
 ) -> Group:
     """Join the RPC group for a loader of a hand-launched script, starting `ctx.num_workers`
-    sampler processes first (they are members too); later loaders reuse the group."""
+    sampler processes first (they are members too, given the tensors `put` into the script's
+    feature store); later loaders reuse the group."""
+    put = put or {}
     with _lock:
         group = _current.get("group")
         if group is not None and not group.closed:
@@ -213,6 +224,13 @@ def join(
                     f"num_workers={ctx.num_workers}: this process already runs "
                     f"{group.ctx.num_workers} sampler processes for an earlier loader; pass "
                     f"num_workers={group.ctx.num_workers} to every loader of a process"
+                )
+            late = sorted(str(k) for k in set(put) - group.put) if ctx.num_workers else []
+            if late:
+                raise ValueError(
+                    f"{', '.join(late)} put into the feature store after the first loader "
+                    "started its sampler processes, which do not have it: put every tensor "
+                    "before building the first loader"
                 )
             group.users += 1
             return group
@@ -226,11 +244,11 @@ def join(
                 f"num_workers={ctx.num_workers} needs stores loaded from a partition folder "
                 "(LocalGraphStore/LocalFeatureStore.from_partition): sampler processes load it"
             )
-        group = Group(ctx, init_timeout_s)
+        group = Group(ctx, init_timeout_s, put=frozenset(put))
         try:
             _start_samplers(
                 group,
-                (str(partition_root), master_addr, master_port, rpc_timeout_s, init_timeout_s),
+                (str(partition_root), master_addr, master_port, rpc_timeout_s, init_timeout_s, put),
             )
             _init_rpc_watching(group, master_addr, master_port, num_rpc_threads, rpc_timeout_s)
         except BaseException:

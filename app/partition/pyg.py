@@ -112,6 +112,26 @@ class Partitioner:
         self.node_types = data.node_types if self.is_hetero else None
         self.edge_types = data.edge_types if self.is_hetero else None
 
+    @property
+    def is_node_level_time(self) -> bool:
+        """PyG's: the graph has node times (`time` on nodes)."""
+        if "time" not in self.data:
+            return False
+        if self.is_hetero:
+            return any("time" in store for store in self.data.node_stores)
+        return bool(self.data.is_node_attr("time"))
+
+    @property
+    def is_edge_level_time(self) -> bool:
+        """PyG's: the graph has edge times (`edge_time`, or `time` on edges)."""
+        if "edge_time" in self.data:
+            return True
+        if "time" not in self.data:
+            return False
+        if self.is_hetero:
+            return any("time" in store for store in self.data.edge_stores)
+        return bool(self.data.is_edge_attr("time"))
+
     def generate_partition(self) -> None:
         """Write the partition (an existing identical one is reused; a different one is
         refused, naming the folder: remove it or choose another root)."""

@@ -74,20 +74,19 @@ def run_proc(num_nodes, node_rank, dataset, root_dir, master_addr, ddp_port, loa
     if is_hetero:
         meta = graph.meta
         model = to_hetero(model, (meta["node_types"], [tuple(e) for e in meta["edge_types"]]))
-    with train_loader:
-        if is_hetero:
-            with torch.no_grad():  # initialise the lazy layers before DDP
-                batch = next(iter(train_loader))
-                model(batch.x_dict, batch.edge_index_dict)
-        model = DistributedDataParallel(model, find_unused_parameters=is_hetero)
-        optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-        for epoch in range(num_epochs):
-            model.train()
-            threads = train_loader.enable_multithreading(1) if num_workers else nullcontext()
-            with threads:  # PyG's: torch threads of each sampler process while in the block
-                loss = train_epoch(model, optimizer, train_loader, is_hetero)
-            print(f"-- [node {node_rank}] epoch {epoch}: loss {loss.item():.4f} "
-                  f"({len(train_loader)} batches)", flush=True)  # fmt: skip
+    if is_hetero:
+        with torch.no_grad(), train_loader as iterator:  # initialise the lazy layers before DDP
+            batch = next(iterator)
+            model(batch.x_dict, batch.edge_index_dict)
+    model = DistributedDataParallel(model, find_unused_parameters=is_hetero)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    for epoch in range(num_epochs):
+        model.train()
+        threads = train_loader.enable_multithreading(1) if num_workers else nullcontext()
+        with threads:  # PyG's: torch threads of each sampler process while in the block
+            loss = train_epoch(model, optimizer, train_loader, is_hetero)
+        print(f"-- [node {node_rank}] epoch {epoch}: loss {loss.item():.4f} "
+              f"({len(train_loader)} batches)", flush=True)  # fmt: skip
     print(f"-- [node {node_rank}] training done", flush=True)
     torch.distributed.destroy_process_group()
 

@@ -302,3 +302,117 @@ def test_tutorial_script_runs_as_written(tmp_path):
     assert batches[0] != batches[1], batches
     time.sleep(0.5)
     assert not _session_members(proc.pid), "processes left behind"
+
+
+def _script_module(name: str):
+    """A script of this folder as a module (its classes, without running it)."""
+    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _EpochOrder:
+    """Batch indices in the distributed loader's epoch order (`EpochBatching`), one epoch per
+    `iter()`, for PyG's local loader (its own shuffle draws from torch's global generator)."""
+
+    def __init__(self, n: int, batch_size: int, shuffle: bool, drop_last: bool) -> None:
+        from app.loader.epochs import EpochBatching
+
+        self.n, self.epoch, self.batching = n, 0, EpochBatching(batch_size, shuffle, drop_last)
+
+    def __iter__(self):
+        batches = self.batching.indices(self.n, self.epoch)
+        self.epoch += 1
+        return iter([b.tolist() for b in batches])
+
+    def __len__(self) -> int:
+        return self.batching.num_batches(self.n)
+
+
+def _local_recipe(root: Path, recipe, epochs: int) -> dict:
+    """The recipe's loop on one machine with PyG's `LinkNeighborLoader` (its sampler: the 'last'
+    hop, tests/helpers/temporal.py), DDP's step written out: the mean of both ranks' losses."""
+    import torch
+    import torch.nn.functional as F
+    from torch_geometric.loader import LinkNeighborLoader
+
+    from app.distributed import LocalFeatureStore
+    from tests.helpers.temporal import LastLinkSampler
+
+    data = _partition_script().make_movielens()
+    parts = root / "movielens-partitions"
+    data["user"].x = torch.zeros(data["user"].num_nodes, data["movie"].x.size(1))
+    for p in range(2):  # the recipe's identity features, per partition's own user rows
+        ids = LocalFeatureStore.from_partition(parts, p)._global_id["user"]
+        data["user"].x[ids] = torch.eye(ids.numel(), data["movie"].x.size(1))
+    for et in data.edge_types:
+        data[et].edge_time = data[et].pop("time")
+        del data[et].edge_label
+    sampler = LastLinkSampler(data, [5, 3])
+
+    def loaders(split: str, train: bool) -> list:
+        out = []
+        for rank in range(2):
+            links = torch.load(root / f"movielens-{split}-partitions" / f"partition{rank}.pt")
+            order = _EpochOrder(links["edge_label"].numel(), 64, train, train)
+            out.append(LinkNeighborLoader(
+                data, [5, 3], edge_label_index=(recipe.RATES, links["edge_label_index"]),
+                edge_label=links["edge_label"], edge_label_time=links["edge_label_time"],
+                time_attr="edge_time", neighbor_sampler=sampler, batch_sampler=order,
+            ))  # fmt: skip
+        return out
+
+    def forward(batch):
+        return model(batch.x_dict, batch.edge_index_dict, batch["user", "movie"].edge_label_index)
+
+    train, test = loaders("train", True), loaders("test", False)
+    model = recipe.Model(32, (data.node_types, data.edge_types))
+    with torch.no_grad():
+        first = [next(iter(loader)) for loader in train]  # the recipe's initialisation epoch
+        forward(first[0])
+    model.load_state_dict(torch.load(root / "record" / "init.pt"))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    losses: list[list[float]] = [[], []]
+    for _ in range(epochs):
+        for batches in zip(*train, strict=True):
+            optimizer.zero_grad()
+            each = [F.mse_loss(forward(b), b["user", "movie"].edge_label.float()) for b in batches]
+            (sum(each) / 2).backward()
+            optimizer.step()
+            for rank, loss in enumerate(each):
+                losses[rank].append(loss.item())
+    model.eval()
+    with torch.no_grad():
+        pred = [torch.cat([forward(b).clamp(0, 5) for b in loader]) for loader in test]
+    return {"losses": losses, "pred": pred}
+
+
+@pytest.mark.long  # two ranks train 2 epochs and test, then the single-machine run (~2 min)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_temporal_link_recipe_trains_as_pyg_local_loader(tmp_path, workers):
+    """PyG's distributed temporal link recipe (MovieLens' shape, `DistLinkNeighborLoader(...,
+    disjoint=True, time_attr='edge_time', temporal_strategy='last', edge_label_time=...)`,
+    `to_hetero` SAGE + DDP, `with loader as it:` to initialise) on 2 ranks equals the same loop
+    run with PyG's local `LinkNeighborLoader`: every step's loss on each rank and the test
+    predictions after training, from the parameters DDP started from. The user features the
+    recipe puts into its feature store reach the sampler processes (`workers`)."""
+    import torch
+
+    _partition_script().partition_dataset("movielens", str(tmp_path), 2)
+    (tmp_path / "record").mkdir()
+    ddp, train, test = free_ports(3)
+    outs = run_ranks("temporal_link_movielens.py", "--dataset_root_dir", str(tmp_path),
+                     "--ddp_port", str(ddp), "--train_loader_port", str(train),
+                     "--test_loader_port", str(test), "--record_dir", str(tmp_path / "record"),
+                     "--num_workers", str(workers))  # fmt: skip
+    for rank, out in enumerate(outs):
+        assert f"[node {rank}] epoch 2: loss" in out and "test rmse" in out, out[-2000:]
+    local = _local_recipe(tmp_path, _script_module("temporal_link_movielens"), 2)
+    for rank in range(2):
+        dist = torch.load(tmp_path / "record" / f"rank{rank}.pt")
+        assert len(dist["losses"]) == len(local["losses"][rank]) == 2 * (800 // 64)
+        got, want = torch.tensor(dist["losses"]), torch.tensor(local["losses"][rank])
+        assert torch.allclose(got, want, rtol=1e-4, atol=1e-5), f"rank {rank}: {got} != {want}"
+        assert want[-3:].mean() < want[:3].mean(), "the loop does not learn"
+        assert torch.allclose(dist["pred"], local["pred"][rank], atol=1e-4), f"rank {rank}"

@@ -26,7 +26,6 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch_geometric.data import Data, HeteroData  # noqa: E402
@@ -34,6 +33,7 @@ from torch_geometric.data import Data, HeteroData  # noqa: E402
 from tests.helpers import dist_procs  # noqa: E402
 from tests.helpers.dist_graphs import node_features, random_graph  # noqa: E402
 from tests.helpers.ports import free_port  # noqa: E402
+from tests.helpers.temporal import last_hop  # noqa: E402
 
 pytestmark = [pytest.mark.dist, pytest.mark.long]  # a job per graph: ~30 s each
 TIMEOUT_S = 150  # hard bound on the whole job (the machine may be heavily shared)
@@ -101,28 +101,6 @@ def test_temporal_links_equal_pyg_local_sampling(tmp_path, kind):
 # -- the reference: PyG's edge_sample over the local driver, 'last' by edge time ----------------
 
 
-def _last_hop(edge_index: torch.Tensor, edge_time: torch.Tensor):
-    """Hop function: per frontier entry, of its node's in-edges not later than the entry's
-    time, the k latest, oldest first (k < 0: all); global edge ids."""
-    dst, t_np = edge_index[1].numpy(), edge_time.numpy()
-    by_dst = {int(v): np.flatnonzero(dst == v) for v in np.unique(dst)}
-    src = edge_index[0].numpy()
-
-    def hop_fn(frontier, k, hop, time=None):
-        picked, counts = [], []
-        for v, t in zip(frontier.tolist(), time.tolist(), strict=True):
-            ids = by_dst.get(v, np.empty(0, np.int64))
-            ids = ids[t_np[ids] <= t]
-            ids = ids[np.argsort(t_np[ids], kind="stable")]
-            ids = ids if k < 0 else ids[max(0, ids.size - k) :]
-            picked.append(ids)
-            counts.append(ids.size)
-        eids = np.concatenate(picked) if picked else np.empty(0, np.int64)
-        return src[eids], eids, np.asarray(counts, np.int64)
-
-    return hop_fn
-
-
 def _reference(data, raw: dict, et):
     """PyG's `edge_sample` of the distributed batch's own links and negatives (given as
     labelled links: the negatives are drawn in the trainer)."""
@@ -137,14 +115,14 @@ def _reference(data, raw: dict, et):
     inputs = EdgeSamplerInput(raw["input_id"], raw["src"], raw["dst"], raw["edge_label"], time,
                               input_type=et)  # fmt: skip
     if et is None:
-        hop = _last_hop(data.edge_index, data.edge_time)
+        hop = last_hop(data.edge_index, data.edge_time)
 
         def sample_fn(seeds, seed_time):
             return sample_multi_hop(seeds, FANOUT, hop, data.num_nodes, True, seed_time)
 
         num_nodes = data.num_nodes
     else:
-        hops = {e: _last_hop(data[e].edge_index, data[e].edge_time) for e in data.edge_types}
+        hops = {e: last_hop(data[e].edge_index, data[e].edge_time) for e in data.edge_types}
         num_nodes = {t: data[t].num_nodes for t in data.node_types}
 
         def sample_fn(seeds, seed_time):

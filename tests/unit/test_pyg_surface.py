@@ -144,14 +144,82 @@ def test_loader_accepts_dataloader_arguments_of_pyg_examples(tmp_path, caplog):
     pyg_dist.Partitioner(_temporal_graph(), 1, str(root)).generate_partition()
     stores = (pyg_dist.LocalFeatureStore.from_partition(root, 0),
               pyg_dist.LocalGraphStore.from_partition(root, 0))  # fmt: skip
-    with pyg_dist.DistNeighborLoader(stores, [2], batch_size=8, persistent_workers=True,
-                                     pin_memory=False) as loader:  # fmt: skip
-        batch = next(iter(loader))
-        assert repr(loader).startswith("DistNeighborLoader(pid=")
-        assert loader.dist_sampler is loader.sampler
+    loader = pyg_dist.DistNeighborLoader(stores, [2], batch_size=8, persistent_workers=True,
+                                         pin_memory=False)  # fmt: skip
+    batch = next(iter(loader))
+    assert repr(loader).startswith("DistNeighborLoader(pid=")
+    assert loader.dist_sampler is loader.sampler
+    loader.close()
     assert torch.equal(batch.edge_attr, _temporal_graph().edge_attr[batch.e_id])
     pyg_dist.DistNeighborLoader(stores, [2], persistent_workers=False).close()
+    assert "has no effect" not in caplog.text  # no sampler process: what PyG's recipe passes
+    pyg_dist.DistNeighborLoader(stores, [2], pin_memory=True).close()
+    assert "pin_memory=True has no effect" in caplog.text
+    from app.distributed.pyg.loader import _refuse  # the rule with sampler processes
+
+    _refuse({"persistent_workers": False}, None, None, None)
     assert "persistent_workers=False has no effect" in caplog.text
+
+
+def test_with_loader_iterates_one_epoch_and_keeps_the_loader_open(tmp_path):
+    """PyG's recipe: `with loader as it: next(it)` initialises a model, then epochs follow."""
+    root = tmp_path / "g-partitions"
+    pyg_dist.Partitioner(_temporal_graph(), 1, str(root)).generate_partition()
+    stores = (pyg_dist.LocalFeatureStore.from_partition(root, 0),
+              pyg_dist.LocalGraphStore.from_partition(root, 0))  # fmt: skip
+    loader = pyg_dist.DistNeighborLoader(stores, [2], batch_size=8, concurrency=3, shuffle=True)
+    every = stores[0].get_global_id().sort().values
+    for _ in range(2):
+        with loader as it:
+            assert next(it).batch_size == 8
+        assert loader.channel.empty()  # the batches it had in flight were collected
+        seeds = [b.n_id[: b.batch_size] for b in loader]  # a whole epoch after the block
+        assert len(seeds) == len(loader) == 5 and torch.equal(torch.cat(seeds).sort().values, every)
+    with pytest.raises(RuntimeError, match="in the block"):
+        with loader as it:
+            next(it)
+            raise RuntimeError("in the block")
+    with loader as it:
+        assert sum(1 for _ in it) == len(loader)
+    loader.close()
+
+
+def test_tensors_put_in_the_script_are_served(tmp_path):
+    """A tensor put into the feature store in the script (PyG's recipe adds user features so)
+    is in the batches; `tensors_put` is what the loader hands its sampler processes, which
+    load the partition's files (tests/compat/test_pyg_scripts.py, num_workers=2)."""
+    root = tmp_path / "g-partitions"
+    pyg_dist.Partitioner(_temporal_graph(), 1, str(root)).generate_partition()
+    stores = (pyg_dist.LocalFeatureStore.from_partition(root, 0),
+              pyg_dist.LocalGraphStore.from_partition(root, 0))  # fmt: skip
+    assert stores[0].tensors_put() == {}  # what the partition's files hold is not "put"
+    z = torch.arange(80.0).view(40, 2)
+    stores[0].put_tensor(z, group_name=None, attr_name="z")
+    assert list(stores[0].tensors_put()) == [(None, "z")]
+    loader = pyg_dist.DistNeighborLoader(stores, [2], batch_size=4)
+    batch = next(iter(loader))
+    assert torch.equal(batch.z, z[batch.n_id])
+    loader.close()
+    stores[0].remove_tensor(group_name=None, attr_name="z")
+    assert stores[0].tensors_put() == {}
+
+
+def test_a_tensor_put_after_the_samplers_started_is_refused():
+    """Sampler processes get the script's tensors when the first loader starts them; a later
+    loader whose store has more is refused in one line (its samplers would lack them)."""
+    from app.distributed import workers
+
+    ctx = pyg_dist.DistContext(0, 0, 1, 1, "g").for_partition(1, 0, 2)
+    running = workers.Group(ctx, 1.0, users=1, put=frozenset({("user", "x")}))
+    workers._current["group"] = running  # what the first loader's join left
+    try:
+        late = {("user", "x"): torch.ones(1), ("movie", "z"): torch.ones(1)}
+        with pytest.raises(ValueError, match=r"\('movie', 'z'\) put into the feature store after"):
+            workers.join(ctx, "unused", "127.0.0.1", 1, 1.0, 1.0, 1, late)
+        assert workers.join(ctx, "unused", "127.0.0.1", 1, 1.0, 1.0, 1, {}) is running
+        assert running.users == 2
+    finally:
+        del workers._current["group"]
 
 
 def test_init_rpc_refuses_worker_names():
@@ -193,3 +261,35 @@ def test_event_loop_runs_tasks_and_reports_failures():
         loop.wait_all()
     assert sorted(got) == [0, 2, 4]
     loop.close()
+
+
+def test_store_and_partitioner_helpers_answer_as_pygs(tmp_path):
+    """`LocalFeatureStore.key` / `has_edge_attr` and `Partitioner.is_*_level_time`, asked of
+    PyG's own classes on the same partitions and graphs."""
+    import warnings
+
+    from torch_geometric.data import HeteroData
+
+    with warnings.catch_warnings():  # PyG's package warns that it is deprecated
+        warnings.simplefilter("ignore")
+        import torch_geometric.distributed as pyg
+
+    homo = _temporal_graph()  # node time, edge_attr
+    hetero = HeteroData()
+    hetero["user"].num_nodes, hetero["movie"].x = 6, torch.randn(5, 2)
+    hetero["user", "rates", "movie"].edge_index = torch.tensor([[0, 1, 5, 2], [4, 0, 1, 1]])
+    hetero["user", "rates", "movie"].time = torch.arange(4)  # edge time
+    edge_time = Data(edge_index=torch.tensor([[0, 1], [1, 2]]), edge_time=torch.tensor([3, 4]))
+    for data in (homo, hetero, edge_time, Data(x=torch.randn(3, 1))):
+        ours, theirs = pyg_dist.Partitioner(data, 2, "unused"), pyg.Partitioner(data, 2, "unused")
+        assert ours.is_node_level_time == theirs.is_node_level_time
+        assert ours.is_edge_level_time == theirs.is_edge_level_time
+    for name, data in (("homo", homo), ("hetero", hetero)):
+        root = tmp_path / f"{name}-partitions"
+        pyg_dist.Partitioner(data, 1, str(root)).generate_partition()
+        ours = pyg_dist.LocalFeatureStore.from_partition(root, 0)
+        theirs = pyg.LocalFeatureStore.from_partition(str(root), 0)
+        assert ours.has_edge_attr() == theirs.has_edge_attr() == (name == "homo")
+        for attr in ours.get_all_tensor_attrs():
+            assert ours.key(attr) == theirs.key(attr) == (attr.group_name, attr.attr_name)
+            assert torch.equal(ours[ours.key(attr)], theirs[theirs.key(attr)])

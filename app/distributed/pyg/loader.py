@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -54,7 +54,8 @@ class DistLoader(BatchEngine):
     channel, num_rpc_threads, rpc_timeout, dist_sampler`), the rest by keyword. With a
     context built from PyG's five fields (a hand-launched script), the loader derives the RPC
     identity (`DistContext.for_partition`), starts its own `num_workers` sampler processes and
-    stops them when closed (`close`, `with loader:`, garbage collection or interpreter exit).
+    stops them when closed (`close`, garbage collection or interpreter exit; `with loader as it:`
+    iterates one epoch and leaves the loader open, as PyG's).
     Arguments PyG has and this loader cannot honour are refused with one line. Subclasses say
     what the inputs are (`_inputs`).
     """
@@ -94,6 +95,8 @@ class DistLoader(BatchEngine):
         rpc_worker_names: Any = None,
         **unknown: Any,
     ) -> None:
+        if not num_workers and not unknown.get("persistent_workers", True):
+            del unknown["persistent_workers"]  # no sampler process: nothing persists (PyG's)
         _refuse(unknown, channel, rpc_worker_names, dist_sampler)
         if concurrency <= 0 or num_workers < 0 or feature_cache_size < 0 or hot_cache_bytes < 0:
             raise ValueError(
@@ -137,6 +140,7 @@ class DistLoader(BatchEngine):
             num_rpc_threads,
         )
         self._left = weakref.finalize(self, workers.leave, group)
+        self._iterator: Generator[Any, None, None] | None = None  # `with loader as it:`
         to = None if device is None else torch.device(device)
         feeding = feeding_for(self.ctx, num_workers, concurrency, rpc_timeout)
         super().__init__(sampler, inputs, batching, feeding, to, transform, async_sampling)
@@ -181,7 +185,14 @@ class DistLoader(BatchEngine):
             return None
         root = None if stores[1].root is None else str(stores[1].root)
         return workers.join(
-            self.ctx, root, master_addr, int(master_port), rpc_timeout, init_timeout, threads
+            self.ctx,
+            root,
+            master_addr,
+            int(master_port),
+            rpc_timeout,
+            init_timeout,
+            threads,
+            stores[0].tensors_put(),  # the script's put_tensor calls, for its sampler processes
         )
 
     @property
@@ -200,11 +211,19 @@ class DistLoader(BatchEngine):
         super().close()
         self._left()
 
-    def __enter__(self) -> DistLoader:
-        return self
+    def __enter__(self) -> Iterator[Any]:
+        """PyG's: an iterator over a new epoch (`with loader as it: batch = next(it)`, e.g. to
+        initialise a model's lazy parameters). The loader stays open: leaving the block drops
+        that iterator and collects its batches still in flight, and the next epoch starts
+        afresh (PyG's `__exit__` also waits for every rank; a script wanting that calls
+        `torch.distributed.barrier()`). `close()` releases the loader."""
+        self._iterator = iter(self)
+        return self._iterator
 
     def __exit__(self, *_: Any) -> None:
-        self.close()
+        it, self._iterator = self._iterator, None
+        if it is not None:
+            it.close()
 
     @contextmanager
     def enable_multithreading(self, num_threads: int | None = None) -> Iterator[None]:
