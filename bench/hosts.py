@@ -184,8 +184,7 @@ def report_gpuspeed(
     rate: str, opts: argparse.Namespace,
 ) -> None:  # fmt: skip
     """The records of one depth of the regime (module docstring); `res` has `job_bytes`."""
-    wire_dtype = "" if opts.feature_wire_dtype == "store" else f"_wire{opts.feature_wire_dtype}"
-    tag = f"{hosts}hosts_{GPUSPEED}_d{depth}{wire_dtype}"
+    tag = f"{hosts}hosts_{GPUSPEED}_d{depth}{variant_tag(opts)}"
     record(BENCH, f"epoch_time_{tag}_unshaped_s", base["epoch_time_s"], "s")
     record(BENCH, f"epoch_time_{tag}_s", res["epoch_time_s"], "s",
            "same job, unshaped testbed link", res["epoch_time_s"] / base["epoch_time_s"])  # fmt: skip
@@ -193,13 +192,21 @@ def report_gpuspeed(
     record(BENCH, f"data_wait_frac_{tag}", res["data_wait_frac"], "fraction")
     wire = res["job_wire_bytes_per_batch"]  # every host's sent bytes per batch, averaged
     features, hops = res["job_remote_feature_bytes_per_batch"], res["job_hop_bytes_per_batch"]
-    grads = grad_bytes * 2 * (hosts - 1) / hosts  # what a ring all-reduce sends per host
+    # what a ring all-reduce sends per host; the fp16 hook halves the float32 gradients
+    grads = grad_bytes * 2 * (hosts - 1) / hosts / (2 if opts.ddp_comm_hook == "fp16" else 1)
     for part, value in (("wire", wire), ("feature", features), ("hop", hops),
                         ("gradient", grads), ("framing", wire - features - hops - grads)):  # fmt: skip
         record(BENCH, f"{part}_bytes_per_batch_{tag}", value, "bytes")
     link_s = wire * 8 / (parse_rate(rate) or 1)
     record(BENCH, f"link_time_per_batch_{tag}_s", link_s, "s", f"the {opts.step_s:g} s step",
            link_s / opts.step_s)  # fmt: skip
+
+
+def variant_tag(opts: argparse.Namespace) -> str:
+    """The records' suffix naming what differs from the defaults (wire dtype, caches, hook)."""
+    tag = "" if opts.feature_wire_dtype == "store" else f"_wire{opts.feature_wire_dtype}"
+    tag += f"_hot{opts.hot_cache_bytes}" if opts.hot_cache_bytes else ""
+    return tag + ("" if opts.ddp_comm_hook == "none" else f"_grad{opts.ddp_comm_hook}")
 
 
 def gpuspeed(
@@ -212,11 +219,13 @@ def gpuspeed(
     print(f"  {GPUSPEED}: step {opts.step_s:g} s (GPU {opts.gpu_step_ms:g} ms), link {rate}")
     for depth in opts.depths:
         args = [*base_args, f"sampler.concurrency={depth}", FIXED_STEP, "train.epochs=3",
-                f"sampler.feature_wire_dtype={opts.feature_wire_dtype}"]  # fmt: skip
+                f"sampler.feature_wire_dtype={opts.feature_wire_dtype}",
+                f"sampler.hot_cache_bytes={opts.hot_cache_bytes}",
+                f"train.ddp_comm_hook={opts.ddp_comm_hook}"]  # fmt: skip
         runs = {}
         for shaped in (None, rate):
             tb.up(shaped)
-            tag = f"{hosts}-{GPUSPEED}-{shaped}-d{depth}-{opts.feature_wire_dtype}"
+            tag = f"{hosts}-{GPUSPEED}-{shaped}-d{depth}{variant_tag(opts)}"
             run_hosts(tb, out, args, tag, env)
             middle = epoch_lines(out / f"hosts-{tag}")[1]  # both of its boundaries span
             runs[shaped] = {k: float(middle[k]) for k in ("epoch_time_s", "data_wait_frac")}
@@ -236,13 +245,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--depths", default="2,4", help="gpuspeed: sampler.concurrency values")
     p.add_argument("--feature-wire-dtype", default="store", choices=("store", "float16", "bfloat16"),
                    help="gpuspeed: sampler.feature_wire_dtype (records tagged _wire<dtype>)")  # fmt: skip
+    p.add_argument("--hot-cache-bytes", type=int, default=0,
+                   help="gpuspeed: sampler.hot_cache_bytes (records tagged _hot<bytes>)")  # fmt: skip
+    p.add_argument("--ddp-comm-hook", default="none", choices=("none", "fp16"),
+                   help="gpuspeed: train.ddp_comm_hook (records tagged _grad<hook>)")  # fmt: skip
     opts = p.parse_args(argv)
     opts.hosts = [int(h) for h in opts.hosts.split(",")]
     opts.rates = opts.rates.split(",")
     opts.depths = [int(d) for d in opts.depths.split(",")]
-    if opts.step_s <= 0 or opts.gpu_step_ms <= 0 or min(opts.depths) < 1:
+    if (
+        opts.step_s <= 0
+        or opts.gpu_step_ms <= 0
+        or min(opts.depths) < 1
+        or opts.hot_cache_bytes < 0
+    ):
         p.error(f"--step-s={opts.step_s}, --gpu-step-ms={opts.gpu_step_ms}, --depths="
-                f"{opts.depths}: need positive times and depths >= 1")  # fmt: skip
+                f"{opts.depths}, --hot-cache-bytes={opts.hot_cache_bytes}: need positive times, "
+                "depths >= 1 and a cache of >= 0 bytes")  # fmt: skip
     return opts
 
 
