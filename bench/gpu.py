@@ -6,17 +6,20 @@ Workloads (products scale, batch 1024): `products_homo`'s fan-out [10, 5] with S
 the field's published one, fan-out [15, 10, 5] with SAGE 3x256 (PyG's and DGL's examples).
 
 1. Sampling alone, in this process: the numba kernel (one thread) and the torch sampler on the
-   GPU (`sampler.device=cuda`) draw the same 20 seed batches; sampled edges/s of each. Then 20
-   GPU-sampled training steps per workload under `torch.profiler`: the GPU's busy share, the
-   host's waits for the device per step, and the operations taking the most GPU and CPU time
-   (where the remaining gap is).
+   GPU (`sampler.device=cuda`) draw the same 20 seed batches; sampled edges/s of each.
 2. Per workload, two jobs of `python -m app +experiment=products_homo cluster.num_nodes=1
    dataset.num_nodes=NUM_NODES train.epochs=E mlflow.enabled=false train.device=cuda`: one with
-   `sampler.device=cpu loader.num_workers=T` (T sampling threads), one with
-   `sampler.device=cuda` (CSC and features on the GPU). From each job's epoch lines: the last
-   epoch's time, data wait, sampled edges/s (of the training epoch), later evaluation and test
+   `sampler.device=cuda` (CSC and features on the GPU), one with `sampler.device=cpu
+   loader.num_workers=T` (T sampling threads). From each job's epoch lines: the last epoch's
+   time, data wait, sampled edges/s (of the training epoch), later evaluation and test
    accuracy, epoch 0's (first) evaluation, and how busy the GPU was in the last training
    epoch (`nvidia-smi` every 100 ms, cut by the epoch lines' timestamps).
+3. 20 GPU-sampled training steps per workload under `torch.profiler`: the GPU's busy share, the
+   host's waits for the device per step, and the operations taking the most GPU and CPU time
+   (where the remaining gap is).
+
+Each part that fails (or a job that outlives `JOB_TIMEOUT_S`) prints its last lines and the
+next part runs: a device check gets one call.
 
 The dataset is generated (or found) before any timing. Needs CUDA: without it, one line says
 so and nothing runs. Not part of `make bench`; `bench/gpu_check.sh` runs it on a device.
@@ -28,8 +31,11 @@ import re
 import subprocess
 import sys
 import time
+import traceback
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from bench.common import record
 
@@ -44,6 +50,7 @@ WORKLOADS = {  # name -> (fan-out, job overrides)
     ),
 }
 PROFILE_STEPS = 20
+JOB_TIMEOUT_S = 300  # a job that outlives it is reported, and the bench goes on
 JOB_KEYS = ("epoch_time_s", "data_wait_frac", "sampled_edges_per_s", "eval_time_s", "test_acc")
 UNITS = {"sampled_edges_per_s": "edges/s", "epoch_time_s": "s", "eval_time_s": "s",
          "first_eval_time_s": "s", "job_wall_s": "s"}  # fmt: skip
@@ -117,25 +124,38 @@ def job_figures(output: str, samples: list[tuple[datetime, float]]) -> dict[str,
     return out
 
 
-def run_job(extra: list[str], tag: str, nodes: int, epochs: int) -> dict[str, float]:
-    """One GPU job; its figures (see `job_figures`) and wall time."""
+def run_job(extra: list[str], tag: str, nodes: int, epochs: int) -> dict[str, float] | None:
+    """One GPU job; its figures (see `job_figures`) and wall time, or None (with its output's
+    tail printed) when it fails or outlives `JOB_TIMEOUT_S`: the other jobs still run."""
     monitor = subprocess.Popen(
         ["nvidia-smi", "--query-gpu=timestamp,utilization.gpu", "--format=csv,noheader,nounits",
          "-i", "0", "-lms", "100"],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     start = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "app", *_overrides(nodes, epochs), "train.device=cuda",
-         f"hydra.run.dir={ROOT}/run-{tag}", *extra],
-        capture_output=True, text=True,
-    )  # fmt: skip
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "app", *_overrides(nodes, epochs), "train.device=cuda",
+             f"hydra.run.dir={ROOT}/run-{tag}", *extra],
+            capture_output=True, text=True, timeout=JOB_TIMEOUT_S,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired as err:
+        proc = subprocess.CompletedProcess(err.cmd, -1, _text(err.stdout), _text(err.stderr))
     wall = time.perf_counter() - start
     monitor.terminate()
     samples = _gpu_samples(monitor.communicate()[0])
-    if proc.returncode != 0:
-        raise SystemExit(f"{tag} job failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
-    return {**job_figures(proc.stdout + proc.stderr, samples), "job_wall_s": wall}
+    output = proc.stdout + proc.stderr
+    try:
+        if proc.returncode != 0:
+            raise ValueError(f"exit {proc.returncode} after {wall:.0f} s")
+        return {**job_figures(output, samples), "job_wall_s": wall}
+    except ValueError as err:
+        print(f"{BENCH:<22} {tag} job failed ({err}):\n{output[-3000:]}", flush=True)
+        return None
+
+
+def _text(out: str | bytes | None) -> str:
+    return out.decode(errors="replace") if isinstance(out, bytes) else out or ""
 
 
 def sampling_rates(data, fanout: list[int], batches: int = 20) -> tuple[float, float]:
@@ -213,13 +233,44 @@ def profile_steps(data, extra: list[str], nodes: int, steps: int = PROFILE_STEPS
     return {**profile_summary(prof.key_averages(), wall), "wall_s": wall}
 
 
-def _record_profile(scale: str, name: str, prof: dict) -> None:
+def _profile(data: Any, scale: str, name: str, extra: list[str], nodes: int) -> None:
+    prof = profile_steps(data, extra, nodes)
     record(BENCH, f"{scale}_{name}_profile_gpu_busy_frac", prof["gpu_busy_frac"], "")
     waits = prof["host_waits"] / PROFILE_STEPS
     record(BENCH, f"{scale}_{name}_profile_host_waits_per_step", waits, "")
     for kind in ("top_gpu", "top_cpu"):
         shown = ", ".join(f"{key} {secs * 1e3:.1f} ms" for key, secs in prof[kind])
         print(f"{BENCH:<22} {name} {kind} over {PROFILE_STEPS} steps: {shown}", flush=True)
+
+
+def _guarded(what: str, step: Callable[..., None], *args: Any) -> None:
+    """`step(*args)`, one part of the bench; a failure prints its last lines and the next
+    part runs."""
+    try:
+        step(*args)
+    except Exception:  # a device check gets one call: report the part and go on
+        print(f"{BENCH:<22} {what} failed:\n{traceback.format_exc()[-3000:]}", flush=True)
+
+
+def _sampling(data: Any, scale: str, name: str, fanout: list[int]) -> None:
+    cpu, gpu = sampling_rates(data, fanout)
+    record(BENCH, f"{scale}_{name}_sampled_edges_per_s_cpu1", cpu, "edges/s")
+    record(BENCH, f"{scale}_{name}_sampled_edges_per_s_gpu", gpu, "edges/s",
+           "numba, 1 thread", gpu / cpu)  # fmt: skip
+
+
+def _jobs(scale: str, name: str, extra: list[str], nodes: int, epochs: int, threads: int) -> None:
+    """The GPU-sampled job, then the CPU-sampled one; each figure with its ratio to the CPU's."""
+    gpu_fed = run_job([*extra, "sampler.device=cuda"], f"{name}-gpu-sampler", nodes, epochs)
+    cpu_fed = run_job([*extra, "sampler.device=cpu", f"loader.num_workers={threads}"],
+                      f"{name}-cpu-sampler", nodes, epochs)  # fmt: skip
+    for key, value in (gpu_fed or {}).items():
+        ref, unit = (cpu_fed or {}).get(key), UNITS.get(key, "")
+        ratio = value / ref if unit and ref else None
+        against = None if ref is None else f"cpu sampler {ref:.4g}"
+        record(BENCH, f"{scale}_{name}_gpu_sampler_{key}", value, unit, against, ratio)
+    for key, value in (cpu_fed or {}).items():
+        record(BENCH, f"{scale}_{name}_cpu_sampler_{key}", value, UNITS.get(key, ""))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -236,22 +287,11 @@ def main(argv: list[str] | None = None) -> None:
     data = load_dataset(compose_config(_overrides(nodes, epochs)).dataset, 0)  # before timing
     scale = f"{nodes}n"
     for name, (fanout, _) in WORKLOADS.items():
-        cpu, gpu = sampling_rates(data, fanout)
-        record(BENCH, f"{scale}_{name}_sampled_edges_per_s_cpu1", cpu, "edges/s")
-        record(BENCH, f"{scale}_{name}_sampled_edges_per_s_gpu", gpu, "edges/s",
-               "numba, 1 thread", gpu / cpu)  # fmt: skip
+        _guarded(f"{name} sampling", _sampling, data, scale, name, fanout)
     for name, (_, extra) in WORKLOADS.items():
-        _record_profile(scale, name, profile_steps(data, extra, nodes))
-    del data
+        _guarded(f"{name} jobs", _jobs, scale, name, extra, nodes, epochs, threads)
     for name, (_, extra) in WORKLOADS.items():
-        cpu_fed = run_job([*extra, "sampler.device=cpu", f"loader.num_workers={threads}"],
-                          f"{name}-cpu-sampler", nodes, epochs)  # fmt: skip
-        gpu_fed = run_job([*extra, "sampler.device=cuda"], f"{name}-gpu-sampler", nodes, epochs)
-        for key, value in gpu_fed.items():
-            ref, unit = cpu_fed[key], UNITS.get(key, "")
-            ratio = value / ref if unit and ref else None
-            metric = f"{scale}_{name}_gpu_sampler_{key}"
-            record(BENCH, metric, value, unit, f"cpu sampler {ref:.4g}", ratio)
+        _guarded(f"{name} profile", _profile, data, scale, name, extra, nodes)
 
 
 if __name__ == "__main__":

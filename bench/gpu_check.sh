@@ -14,8 +14,10 @@
 # (gpu_check.log), outputs/bench/results.json and the bench jobs' logs.
 # `tests` or `bench` runs one target only (device time is short: split the check over two
 # calls if both do not fit one). BENCH_GPU_ARGS go to `python -m bench.gpu` (e.g. `1000000
-# --epochs=2`; default: products scale). Exit status: test-gpu's if it failed, else
-# bench-gpu's.
+# --epochs=2`; default: products scale). GPU_CHECK_TESTS_S / GPU_CHECK_BENCH_S, when set,
+# bound each target in seconds (SIGINT at the bound, so pytest still prints its summary) and
+# the logs and results gathered so far are kept: one device call has a fixed length.
+# Exit status: test-gpu's if it failed, else bench-gpu's.
 set -u
 cd "$(dirname "$0")/.."
 
@@ -46,6 +48,16 @@ prepare() {
   ls -la .gpu
 }
 
+bounded() {  # bounded SECONDS COMMAND...: COMMAND, interrupted after SECONDS when > 0
+  local seconds=$1
+  shift
+  if [ "$seconds" -gt 0 ]; then
+    timeout -s INT -k 30 "$seconds" "$@"
+  else
+    "$@"
+  fi
+}
+
 inside() {
   local bin mk tests=0 bench=0 mode=all
   case "${1:-}" in all|tests|bench) mode=$1; shift ;; esac
@@ -56,11 +68,11 @@ inside() {
   chmod +x "$bin/python"
   mk=(make --no-print-directory "BIN=$bin" "STAMP=$bin/.installed")
   if [ "$mode" != bench ]; then
-    "${mk[@]}" test-gpu
+    bounded "${GPU_CHECK_TESTS_S:-0}" "${mk[@]}" test-gpu
     tests=$?
   fi
   if [ "$mode" != tests ]; then
-    "${mk[@]}" bench-gpu "BENCH_GPU_ARGS=$*"
+    bounded "${GPU_CHECK_BENCH_S:-0}" "${mk[@]}" bench-gpu "BENCH_GPU_ARGS=$*"
     bench=$?
   fi
   if [ -n "${OUT:-}" ]; then
