@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING
 
 # Importing `server` fills the endpoint table: a process importing this package answers peers.
 from app.distributed import server as _server  # noqa: F401
-from app.entrypoint import lazy_exports
+from app.entrypoint import lazy_exports, type_checking_exports
 
-if TYPE_CHECKING:  # the exports' types, for mypy and readers
+if TYPE_CHECKING:  # the exports: their types for mypy and IDEs, and the table below
     from app.distributed.context import DistContext as DistContext
     from app.distributed.context import DistRole as DistRole
     from app.distributed.feature_store import LocalFeatureStore as LocalFeatureStore
@@ -44,24 +44,6 @@ if TYPE_CHECKING:  # the exports' types, for mypy and readers
     from app.partition.pyg import Partitioner as Partitioner
     from app.partition.pyg import load_partition_info as load_partition_info
 
-_EXPORTS = {
-    "DistContext": "app.distributed.context",
-    "DistRole": "app.distributed.context",
-    "DistLinkNeighborLoader": "app.distributed.pyg.loader",
-    "DistLoader": "app.distributed.pyg.loader",
-    "DistNeighborLoader": "app.distributed.pyg.loader",
-    "DistNeighborSampler": "app.distributed.pyg.sampler",
-    "LocalFeatureStore": "app.distributed.feature_store",
-    "LocalGraphStore": "app.distributed.graph_store",
-    "Partitioner": "app.partition.pyg",
-    "PeerError": "app.distributed.rpc",
-    "RPCRouter": "app.distributed.rpc",
-    "RpcInitError": "app.distributed.rpc",
-    "init_rpc": "app.distributed.rpc",
-    "load_partition_info": "app.partition.pyg",
-    "serve": "app.distributed.workers",
-    "shutdown": "app.distributed.workers",
-    "shutdown_rpc": "app.distributed.rpc",
-}
+_EXPORTS = type_checking_exports(__file__)  # the block above, read once
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from app.entrypoint import lazy_exports
+from app.entrypoint import lazy_exports, type_checking_exports
 
-if TYPE_CHECKING:  # the exports' types, for mypy and readers
+if TYPE_CHECKING:  # the exports: their types for mypy and IDEs, and the table below
     from app.sampler.csc import to_csc as to_csc
     from app.sampler.kernel import Relabeler as Relabeler
     from app.sampler.kernel import neighbor_sample as neighbor_sample
@@ -22,15 +22,6 @@ if TYPE_CHECKING:  # the exports' types, for mypy and readers
     from app.sampler.neighbor import sample_multi_hop as sample_multi_hop
     from app.sampler.neighbor import sample_multi_hop_hetero as sample_multi_hop_hetero
 
-_EXPORTS = {
-    "NeighborSampler": "app.sampler.neighbor",
-    "Relabeler": "app.sampler.kernel",
-    "local_hop_fn": "app.sampler.neighbor",
-    "neighbor_sample": "app.sampler.kernel",
-    "sample_hop": "app.sampler.kernel",
-    "sample_multi_hop": "app.sampler.neighbor",
-    "sample_multi_hop_hetero": "app.sampler.neighbor",
-    "to_csc": "app.sampler.csc",
-}
+_EXPORTS = type_checking_exports(__file__)  # the block above, read once
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

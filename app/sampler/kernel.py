@@ -255,20 +255,47 @@ def _add_dense(nmap, nodes, count, new, every):
 
 
 @njit(cache=True, nogil=True)
-def _add_keyed(keys, vals, slots, nodes, batch, count, new, new_batch, num_nodes):
-    local = np.empty(new.shape[0], np.int64)
-    for j in range(new.shape[0]):
-        key = new_batch[j] * num_nodes + new[j]
+def _relabel_dense(src, dst, first, last, nmap, nodes, count, num_nodes):
+    """dst[j] = the local id of node src[j] for j in [first, last), through the dense map; unseen
+    nodes get the next ids (appended to nodes). dst may be src (in place). Returns (count, bad):
+    bad is the first j whose node lies outside [0, num_nodes), where it stopped, else -1."""
+    for j in range(first, last):
+        u = src[j]
+        if u < 0 or u >= num_nodes:
+            return count, j
+        loc = nmap[u]
+        if loc < 0:
+            loc = count
+            nmap[u] = count
+            nodes[count] = u
+            count += 1
+        dst[j] = loc
+    return count, -1
+
+
+@njit(cache=True, nogil=True)
+def _relabel_keyed(
+    src, dst, owner, trees, first, last, keys, vals, slots, nodes, batch, count, num_nodes
+):
+    """Disjoint variant of `_relabel_dense`: the key is (trees[owner[j]], src[j]), the node in
+    the seed tree of its owner, through the open-addressing table; new keys' slots go to slots
+    (for a reset). owner may be dst: owner[j] is read before dst[j] is written."""
+    for j in range(first, last):
+        u = src[j]
+        if u < 0 or u >= num_nodes:
+            return count, j
+        b = trees[owner[j]]
+        key = b * num_nodes + u
         h = _slot(keys, key)
         if keys[h] == -1:
             keys[h] = key
             vals[h] = count
             slots[count] = h
-            nodes[count] = new[j]
-            batch[count] = new_batch[j]
+            nodes[count] = u
+            batch[count] = b
             count += 1
-        local[j] = vals[h]
-    return local, count
+        dst[j] = vals[h]
+    return count, -1
 
 
 @njit(cache=True, nogil=True)
@@ -287,8 +314,8 @@ def _add_hop(
 ):
     """One hop's edges in local ids in one call: neighbour j of frontier entry i (counts[i]
     each, in order) gets its local id in rows[j] (unseen nodes the next ids; disjoint, when
-    dst_tree is given: keyed by (dst_tree[i], node)) and dst_local[i] in cols[j]. Two tight
-    loops, not one: a fused loop was slower. Returns (rows, cols, count, bad): bad is the first
+    dst_tree is given: keyed by (dst_tree[i], node)) and dst_local[i] in cols[j]. Tight loops
+    apart (the relabelling the fused kernel runs too), not one: a fused loop was slower. Returns (rows, cols, count, bad): bad is the first
     j with nbrs[j] outside [0, num_nodes), where relabelling stopped (count then covers the
     nodes added before it), -2 when counts do not sum to the neighbours' number, or -1."""
     m = nbrs.shape[0]
@@ -297,39 +324,14 @@ def _add_hop(
     if counts.sum() != m:
         return rows, cols, count, -2
     if dst_tree.shape[0] == 0:
-        for j in range(m):
-            u = nbrs[j]
-            if u < 0 or u >= num_nodes:
-                return rows, cols, count, j
-            loc = nmap[u]
-            if loc < 0:
-                loc = count
-                nmap[u] = count
-                nodes[count] = u
-                count += 1
-            rows[j] = loc
-        _hop_columns(counts, dst_local, cols)
-        return rows, cols, count, -1
-    j = 0
-    for i in range(counts.shape[0]):
-        b = dst_tree[i]
-        for _ in range(counts[i]):
-            u = nbrs[j]
-            if u < 0 or u >= num_nodes:
-                return rows, cols, count, j
-            key = b * num_nodes + u
-            h = _slot(keys, key)
-            if keys[h] == -1:
-                keys[h] = key
-                vals[h] = count
-                slots[count] = h
-                nodes[count] = u
-                batch[count] = b
-                count += 1
-            rows[j] = vals[h]
-            j += 1
+        count, bad = _relabel_dense(nbrs, rows, 0, m, nmap, nodes, count, num_nodes)
+    else:  # rows first hold each edge's frontier entry, its owner, overwritten as it is read
+        _hop_columns(counts, np.arange(counts.shape[0]), rows)
+        count, bad = _relabel_keyed(
+            nbrs, rows, rows, dst_tree, 0, m, keys, vals, slots, nodes, batch, count, num_nodes
+        )
     _hop_columns(counts, dst_local, cols)
-    return rows, cols, count, -1
+    return rows, cols, count, bad
 
 
 class Relabeler:
@@ -394,15 +396,21 @@ class Relabeler:
         batch = as_index_array(batch, "batch")
         if batch.shape != nodes.shape:
             raise ValueError(f"batch has shape {batch.shape} but nodes has {nodes.shape}")
-        local, self._count = _add_keyed(
+        n = nodes.shape[0]
+        local = np.empty(n, np.int64)
+        self._count, _ = _relabel_keyed(
+            nodes,
+            local,
+            np.arange(n),
+            batch,
+            0,
+            n,
             self._keys,
             self._vals,
             self._slots,
             self._nodes,
             self._batch,
             self._count,
-            nodes,
-            batch,
             self.num_nodes,
         )
         return local
@@ -469,7 +477,7 @@ def _init_seeds(seeds, disjoint, nmap, num_nodes, nodes):
     nodes = _grow(nodes, max(16, 4 * b))
     nodes[:b] = seeds
     batch = np.empty(nodes.shape[0] if disjoint else 0, np.int64)
-    slots = np.empty(b, np.int64)
+    slots = np.empty(batch.shape[0], np.int64)
     if disjoint:
         batch[:b] = np.arange(b)
         keys, vals = _build_table(2 * b, nodes, batch, b, num_nodes, slots)
@@ -478,40 +486,7 @@ def _init_seeds(seeds, disjoint, nmap, num_nodes, nodes):
         for i in range(b):
             if nmap[seeds[i]] < 0:
                 nmap[seeds[i]] = i
-    return nodes, batch, keys, vals
-
-
-@njit(cache=True, nogil=True)
-def _relabel_dense(rows, first, last, nmap, nodes, count):
-    """rows[first:last]: global → local ids through the dense map; returns the new count."""
-    for j in range(first, last):
-        u = rows[j]
-        loc = nmap[u]
-        if loc < 0:
-            loc = count
-            nmap[u] = count
-            nodes[count] = u
-            count += 1
-        rows[j] = loc
-    return count
-
-
-@njit(cache=True, nogil=True)
-def _relabel_keyed(rows, cols, first, last, keys, vals, nodes, batch, count, num_nodes):
-    """Disjoint variant: the key is (batch of the frontier node cols[j], neighbour)."""
-    for j in range(first, last):
-        u = rows[j]
-        b = batch[cols[j]]
-        key = b * num_nodes + u
-        s = _slot(keys, key)
-        if keys[s] == -1:
-            keys[s] = key
-            vals[s] = count
-            nodes[count] = u
-            batch[count] = b
-            count += 1
-        rows[j] = vals[s]
-    return count
+    return nodes, batch, slots, keys, vals
 
 
 @njit(cache=True, nogil=True)
@@ -593,7 +568,7 @@ def _neighbor_sample(
     """The fused sample into the workspace arrays nodes/rows/cols/epos (grown when too small;
     the arrays used are returned with the counts)."""
     num_nodes = colptr.shape[0] - 1
-    nodes, batch, keys, vals = _init_seeds(seeds, disjoint, nmap, num_nodes, nodes)
+    nodes, batch, slots, keys, vals = _init_seeds(seeds, disjoint, nmap, num_nodes, nodes)
     num_hops = fanouts.shape[0]
     nsn = np.zeros(num_hops + 1, np.int64)
     nse = np.zeros(num_hops, np.int64)
@@ -611,9 +586,8 @@ def _neighbor_sample(
         )
         nodes = _grow(nodes, count + total)
         if disjoint:
-            batch = _grow(batch, count + total)
+            batch, slots = _grow(batch, count + total), _grow(slots, count + total)
             if 2 * (count + total) > keys.shape[0]:
-                slots = np.empty(count, np.int64)
                 keys, vals = _build_table(count + total, nodes, batch, count, num_nodes, slots)
         first_edge = n_edges
         buf = _scratch(maxdeg, k, replace, has_time)
@@ -640,12 +614,26 @@ def _neighbor_sample(
             map_perm,
             perm,
         )
-        if disjoint:
-            count = _relabel_keyed(
-                rows, cols, first_edge, n_edges, keys, vals, nodes, batch, count, num_nodes
+        if disjoint:  # in place; the CSC's ids lie in range, so nothing stops early
+            count, _ = _relabel_keyed(
+                rows,
+                rows,
+                cols,
+                batch,
+                first_edge,
+                n_edges,
+                keys,
+                vals,
+                slots,
+                nodes,
+                batch,
+                count,
+                num_nodes,
             )
         else:
-            count = _relabel_dense(rows, first_edge, n_edges, nmap, nodes, count)
+            count, _ = _relabel_dense(
+                rows, rows, first_edge, n_edges, nmap, nodes, count, num_nodes
+            )
         nsn[h + 1] = count - end
         nse[h] = n_edges - first_edge
         begin, end = end, count
