@@ -7,10 +7,11 @@ the field's published one, fan-out [15, 10, 5] with SAGE 3x256 (PyG's and DGL's 
 
 1. Sampling alone, in this process: the numba kernel (one thread) and the torch sampler on the
    GPU (`sampler.device=cuda`) draw the same 20 seed batches; sampled edges/s of each.
-2. Per workload, two jobs of `python -m app +experiment=products_homo cluster.num_nodes=1
-   dataset.num_nodes=NUM_NODES train.epochs=E mlflow.enabled=false train.device=cuda`: one with
-   `sampler.device=cuda` (CSC and features on the GPU), one with `sampler.device=cpu
-   loader.num_workers=T` (T sampling threads). From each job's epoch lines: the last epoch's
+2. Per workload, three jobs of `python -m app +experiment=products_homo cluster.num_nodes=1
+   dataset.num_nodes=NUM_NODES train.epochs=E mlflow.enabled=false train.device=cuda`: two with
+   `sampler.device=cuda` (CSC and features on the GPU), sampling in the trainer's thread
+   (`loader.num_workers=0`, "inline") and in 2 threads on side streams, and one with
+   `sampler.device=cpu loader.num_workers=T` (T sampling threads). From each job's epoch lines: the last epoch's
    time, data wait, sampled edges/s (of the training epoch), later evaluation and test
    accuracy, epoch 0's (first) evaluation, and how busy the GPU was in the last training
    epoch (`nvidia-smi` every 100 ms, cut by the epoch lines' timestamps).
@@ -50,6 +51,7 @@ WORKLOADS = {  # name -> (fan-out, job overrides)
     ),
 }
 PROFILE_STEPS = 20
+GPU_THREADS = 2  # the GPU sampler's threads, a CUDA stream each
 JOB_TIMEOUT_S = 300  # a job that outlives it is reported, and the bench goes on
 JOB_KEYS = ("epoch_time_s", "data_wait_frac", "sampled_edges_per_s", "eval_time_s", "test_acc")
 UNITS = {"sampled_edges_per_s": "edges/s", "epoch_time_s": "s", "eval_time_s": "s",
@@ -260,8 +262,12 @@ def _sampling(data: Any, scale: str, name: str, fanout: list[int]) -> None:
 
 
 def _jobs(scale: str, name: str, extra: list[str], nodes: int, epochs: int, threads: int) -> None:
-    """The GPU-sampled job, then the CPU-sampled one; each figure with its ratio to the CPU's."""
-    gpu_fed = run_job([*extra, "sampler.device=cuda"], f"{name}-gpu-sampler", nodes, epochs)
+    """The GPU-sampled job in the trainer's thread (`inline`) and in `GPU_THREADS` threads on
+    side streams, then the CPU-sampled one; each figure with its ratio to the CPU's."""
+    inline = run_job([*extra, "sampler.device=cuda", "loader.num_workers=0"],
+                     f"{name}-gpu-sampler-inline", nodes, epochs)  # fmt: skip
+    gpu_fed = run_job([*extra, "sampler.device=cuda", f"loader.num_workers={GPU_THREADS}"],
+                      f"{name}-gpu-sampler", nodes, epochs)  # fmt: skip
     cpu_fed = run_job([*extra, "sampler.device=cpu", f"loader.num_workers={threads}"],
                       f"{name}-cpu-sampler", nodes, epochs)  # fmt: skip
     for key, value in (gpu_fed or {}).items():
@@ -271,6 +277,11 @@ def _jobs(scale: str, name: str, extra: list[str], nodes: int, epochs: int, thre
         record(BENCH, f"{scale}_{name}_gpu_sampler_{key}", value, unit, against, ratio)
     for key, value in (cpu_fed or {}).items():
         record(BENCH, f"{scale}_{name}_cpu_sampler_{key}", value, UNITS.get(key, ""))
+    for key, value in (inline or {}).items():
+        ref, unit = (gpu_fed or {}).get(key), UNITS.get(key, "")
+        against = None if ref is None else f"side streams {ref:.4g}"
+        ratio = value / ref if unit and ref else None
+        record(BENCH, f"{scale}_{name}_gpu_sampler_inline_{key}", value, unit, against, ratio)
 
 
 def main(argv: list[str] | None = None) -> None:

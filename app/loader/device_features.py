@@ -5,13 +5,16 @@ whole attribute fits the byte budget (`train.gpu_feature_bytes`) it is copied to
 and a batch is one `index_select` there. Otherwise the rows of the nodes a sampler reaches most
 (the highest degree: a node is drawn as a neighbour once per out-edge) are cached on the device
 and the rest gathered from host memory (pinned where CUDA exists, so the copy is asynchronous);
-hits and misses are counted on the device and read only when the hit rate is asked for.
+hits and misses are counted on the device and read only when the hit rate is asked for; each
+sampling thread counts in its own tensor (threads build batches on streams of their own, and
+two streams adding to one tensor would lose counts).
 On the CPU the "device" is the host and the same code runs, which is how it is tested.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 
 import torch
 from torch import Tensor
@@ -43,24 +46,34 @@ class DeviceFeatures:
             self.cache = values[hot].to(device)
             cuda = device.type == "cuda"
             self.host = values.pin_memory() if cuda and not values.is_pinned() else values
-        self._hits = torch.zeros((), dtype=torch.int64, device=device)
-        self._rows = torch.zeros((), dtype=torch.int64, device=device)
+        self._counts: dict[int, Tensor] = {}  # thread → [hits, rows asked for]
+        self._lock = threading.Lock()
 
     @property
     def whole(self) -> bool:
         """Whether every row is on the device (no host gathers)."""
         return self.slot is None
 
+    def _count(self) -> Tensor:
+        """This thread's [hits, rows] counter."""
+        me = threading.get_ident()
+        counts = self._counts.get(me)
+        if counts is None:
+            with self._lock:
+                counts = self._counts[me] = torch.zeros(2, dtype=torch.int64, device=self.device)
+        return counts
+
     def __call__(self, index: Tensor) -> Tensor:
         """`values[index]` on the device (`index` on any device)."""
         index = index.to(self.device, non_blocking=True)
-        self._rows += index.numel()
+        counts = self._count()
+        counts[1] += index.numel()
         if self.slot is None:
-            self._hits += index.numel()
+            counts[0] += index.numel()
             return self.cache.index_select(0, index)
         slot = self.slot[index]
         hit = slot >= 0
-        self._hits += hit.sum()
+        counts[0] += hit.sum()
         out = torch.empty((index.numel(), *self.cache.shape[1:]), dtype=self.cache.dtype,
                           device=self.device)  # fmt: skip
         out[hit] = self.cache.index_select(0, slot[hit])
@@ -73,10 +86,14 @@ class DeviceFeatures:
 
     def hit_rate(self, reset: bool = True) -> float:
         """Rows served from the device / rows asked for since the last reset (1.0 if none)."""
-        rows, hits = int(self._rows), int(self._hits)
+        with self._lock:
+            counts = list(self._counts.values())
+        if not counts:
+            return 1.0
+        hits, rows = torch.stack(counts).sum(0).tolist()
         if reset:
-            self._rows.zero_()
-            self._hits.zero_()
+            for c in counts:
+                c.zero_()
         return hits / rows if rows else 1.0
 
     def log_hit_rate(self, what: str) -> None:

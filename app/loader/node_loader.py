@@ -6,8 +6,10 @@ epoch e and the sampling seed of its batch i derive from `(seed, e[, i])` only, 
 of `app.loader.epochs.EpochBatching`, which the distributed loaders hold too.
 
 `threads=n` samples up to `2n` batches ahead in `n` threads (the kernels and gathers release
-the GIL), still yielding them in order: what feeds a GPU trainer while it computes. A batch
-depends on its seed only, so the batches are the same whatever `threads` is. `features` serve
+the GIL), still yielding them in order: what feeds a GPU trainer while it computes. With the
+torch sampler each thread builds on a CUDA stream of its own (`SideStreams`), so the sampler's
+read-backs do not wait for the step. A batch depends on its seed only, so the batches are the
+same whatever `threads` is. `features` serve
 node attributes from a device copy or cache (`DeviceFeatures`; its hit rate is logged per epoch).
 """
 
@@ -25,6 +27,7 @@ from torch_geometric.sampler import NodeSamplerInput
 from app.loader.batch import LocalGather
 from app.loader.device_features import DeviceFeatures
 from app.loader.epochs import EpochBatching
+from app.loader.streams import SideStreams
 from app.sampler.buffers import BufferPool
 from app.sampler.neighbor import NeighborSampler
 
@@ -147,6 +150,8 @@ class NeighborLoader(LocalLoader):
         self.batching = EpochBatching(batch_size, shuffle, drop_last, seed)
         # batches sampled ahead (2 per thread), the one yielded and the one its consumer holds
         self.gather = LocalGather(data, features, BufferPool(2 * self.threads + 2))
+        tensors = self.sampler.tensors  # the torch sampler's CSC, None for the numba kernel
+        self.streams = None if tensors is None else SideStreams(tensors.device)
         self.epoch = 0
 
     @property
@@ -157,8 +162,13 @@ class NeighborLoader(LocalLoader):
         jobs = self.epoch_jobs()
         if self.threads <= 0:
             yield from (self._batch(*job) for job in jobs)
-        else:
+        elif self.streams is None:
             yield from in_threads(self._batch, jobs, self.threads)
+        else:
+            build, streams = self._batch, self.streams
+            jobs_on_streams = ((build, *job) for job in jobs)
+            built = in_threads(streams.build, jobs_on_streams, self.threads)
+            yield from (streams.hand_over(b) for b in built)
         for key, rows in self.gather.features.items():
             rows.log_hit_rate(f"epoch {self.epoch - 1}: {key} cache")
 

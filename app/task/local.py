@@ -170,11 +170,13 @@ class LocalSource(GraphSource):
         return dict(sampler=sampler, features=self._features(sampler.tensors.device))
 
     def _feeding(self) -> dict[str, Any]:
-        """A GPU trainer's batches are sampled ahead in `loader.num_workers` threads and pinned
-        there; a CPU trainer samples in its own thread (its cores are the trainer's), and so
-        does a GPU sampler (its kernels queue on the trainer's stream)."""
-        gpu = self.device.type == "cuda" and self.sampler_device().type == "cpu"
-        return dict(threads=self.cfg.loader.num_workers if gpu else 0, pin_memory=gpu)
+        """A GPU trainer's batches are sampled ahead in `loader.num_workers` threads (by a GPU
+        sampler on a stream per thread), and pinned there when sampled on the host; a CPU
+        trainer samples in its own thread (its cores are the trainer's)."""
+        gpu = self.device.type == "cuda"
+        host_sampled = self.sampler_device().type == "cpu"
+        threads = self.cfg.loader.num_workers if gpu else 0
+        return dict(threads=threads, pin_memory=gpu and host_sampled)
 
     def link_loader(
         self, split: str, edges: Tensor, edge_type: EdgeType | None, mode: str, ratio: float

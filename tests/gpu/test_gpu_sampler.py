@@ -81,6 +81,24 @@ def test_gpu_sampler_dispatch_and_device_features(graph):
     assert torch.equal(whole(out.node).cpu(), data.x[out.node.cpu()]) and whole.hit_rate() == 1.0
 
 
+def test_gpu_batches_built_on_side_streams_equal_the_trainers_thread(graph):
+    """Sampling threads, each on its own stream, yield the batches of the trainer's thread."""
+    from app.loader import NeighborLoader
+
+    data = graph[0]
+    sampler = NeighborSampler(data, [5, 3], device="cuda")
+    rows = {"x": DeviceFeatures(data.x, GPU, 1 << 40)}
+
+    def batches(threads):
+        loader = NeighborLoader(data, [5, 3], input_nodes=torch.arange(data.num_nodes),
+                                batch_size=32, shuffle=True, threads=threads, sampler=sampler,
+                                features=rows)  # fmt: skip
+        return [(b.n_id.cpu(), b.edge_index.cpu(), (b.x.sum() * 1).cpu()) for b in loader]
+
+    for a, b in zip(batches(0), batches(3), strict=True):
+        assert all(torch.equal(u, v) for u, v in zip(a, b, strict=True))
+
+
 def test_step_metrics_are_summed_without_a_host_sync():
     stats = EpochStats()
     loss, correct = torch.tensor(0.5, device=GPU), torch.tensor(3, device=GPU)

@@ -162,6 +162,32 @@ def test_a_training_step_runs_on_the_torch_sampler(graph, monkeypatch):
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
 
 
+def test_threads_on_the_torch_sampler_give_the_batches_of_one_thread(graph, monkeypatch, caplog):
+    """Sampling threads (on CUDA: a stream each) yield the batches of the trainer's thread, in
+    order, and a cache's hits counted in several threads add up."""
+    from app.loader.device_features import DeviceFeatures
+
+    monkeypatch.setenv(KERNELS_ENV, "torch")
+    data = graph[0]
+    degree = torch.bincount(data.edge_index[0], minlength=N)
+
+    def batches(threads):
+        rows = {"x": DeviceFeatures(data.x, CPU, 100 * data.x[:1].numel() * 4, degree)}
+        loader = NeighborLoader(data, [5, 3], input_nodes=torch.arange(N), batch_size=32,
+                                shuffle=True, threads=threads, features=rows)  # fmt: skip
+        assert loader.streams is not None
+        caplog.clear()
+        with caplog.at_level("INFO", logger="distgnn.train"):
+            out = [(b.n_id, b.edge_index, b.x) for b in loader]
+        return out, float(caplog.messages[-1].rsplit("hit rate ", 1)[1])  # logged per epoch
+
+    (one, rate1), (three, rate3) = batches(0), batches(3)
+    assert len(one) == len(three) == N // 32 + 1
+    for a, b in zip(one, three, strict=True):
+        assert all(torch.equal(u, v) for u, v in zip(a, b, strict=True))
+    assert 0 < rate1 == rate3 < 1
+
+
 def test_sampler_device_cuda_is_refused_where_it_cannot_serve():
     cfg = Config()
     cfg.sampler.num_neighbors, cfg.sampler.device = [5, 5, 5], "cuda"
