@@ -29,6 +29,7 @@ from app.distributed.graph_store import LocalGraphStore
 from app.distributed.sampler import SamplerOptions, hop_stats, local_hop, sampler_for
 from app.distributed.shm import SlotWriter
 from app.sampler import stages
+from app.sampler.output import SampledBatch
 from app.sampler.stages import stage
 
 _stop = threading.Event()
@@ -83,8 +84,9 @@ def remote_sample_batch(
     seed: int,
     seed_time: Tensor | None,
     slot: str | None,
-) -> Any:
-    """A trainer's seed batch → Data / HeteroData with features (runs in a sampler process);
+) -> SampledBatch:
+    """A trainer's seed batch → its sample with features, as a record the trainer builds the
+    Data / HeteroData from (runs in a sampler process, which never imports PyG);
     `seed_time`: one per seed (temporal sampling); with `slot`, the features are written into
     that shared-memory ring slot."""
     alloc = SlotWriter(slot) if slot else None
@@ -101,14 +103,15 @@ def remote_prepare_sampler(options: SamplerOptions, concurrency: int) -> None:
 @endpoint("sample_edges")
 def remote_sample_edges(
     options: SamplerOptions, batch: dict[str, Tensor], mode: str, seed: int, slot: str | None
-) -> Any:
-    """A trainer's edge batch (positives + negatives) → Data for link prediction."""
+) -> SampledBatch:
+    """A trainer's edge batch (positives + negatives) → the record of its Data for link
+    prediction."""
     alloc = SlotWriter(slot) if slot else None
     data = sampler_for(options).sample_edges(batch, mode, seed, alloc)
     return _export(alloc, data)
 
 
-def _export(alloc: SlotWriter | None, data: Any) -> Any:
+def _export(alloc: SlotWriter | None, data: SampledBatch) -> SampledBatch:
     """The batch as its trainer receives it: through the ring slot, or whole over RPC."""
     if alloc is None:
         return data

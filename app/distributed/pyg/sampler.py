@@ -40,6 +40,7 @@ from app.distributed.graph_store import LocalGraphStore
 from app.distributed.pyg.event_loop import ConcurrentEventLoop
 from app.distributed.sampler import DistNeighborSampler as _Sampler
 from app.distributed.sampler import SamplerOptions
+from app.sampler.output import Sample
 
 __all__ = ["DistNeighborSampler"]
 
@@ -169,7 +170,13 @@ class DistNeighborSampler(_Sampler):
         temporal sample uses each seed's own time (PyG's and pyg-lib's rule)."""
         if self.temporal and seed_time is None and not self.edge_level:
             seed_time = _own_time(self.graph_store, seed)
-        return self.sample_from_nodes(seed, None, 0, seed_time)
+        return _pyg_output(self.sample_from_nodes(seed, None, 0, seed_time))
+
+
+def _pyg_output(out: Sample) -> SamplerOutput | HeteroSamplerOutput:
+    """Our sampler's `Sample` as PyG's `SamplerOutput` / `HeteroSamplerOutput` (same fields)."""
+    cls = HeteroSamplerOutput if isinstance(out.node, dict) else SamplerOutput
+    return cls(**{f.name: getattr(out, f.name) for f in fields(Sample)})
 
 
 async def _off_loop(fn: Callable, *args: Any) -> Any:
