@@ -28,8 +28,8 @@ from app.entrypoint import lazy_exports
 if TYPE_CHECKING:  # the exports' types, for mypy and readers
     from app.distributed.context import DistContext as DistContext
     from app.distributed.context import DistRole as DistRole
-    from app.distributed.feature_store import LocalFeatureStore as LocalFeatureStore
-    from app.distributed.graph_store import LocalGraphStore as LocalGraphStore
+    from app.distributed.pyg.feature_store import LocalFeatureStore as LocalFeatureStore
+    from app.distributed.pyg.graph_store import LocalGraphStore as LocalGraphStore
     from app.distributed.pyg.loader import DistLinkNeighborLoader as DistLinkNeighborLoader
     from app.distributed.pyg.loader import DistLoader as DistLoader
     from app.distributed.pyg.loader import DistNeighborLoader as DistNeighborLoader
@@ -51,8 +51,8 @@ _EXPORTS = {
     "DistLoader": "app.distributed.pyg.loader",
     "DistNeighborLoader": "app.distributed.pyg.loader",
     "DistNeighborSampler": "app.distributed.pyg.sampler",
-    "LocalFeatureStore": "app.distributed.feature_store",
-    "LocalGraphStore": "app.distributed.graph_store",
+    "LocalFeatureStore": "app.distributed.pyg.feature_store",
+    "LocalGraphStore": "app.distributed.pyg.graph_store",
     "Partitioner": "app.partition.pyg",
     "PeerError": "app.distributed.rpc",
     "RPCRouter": "app.distributed.rpc",

@@ -6,7 +6,7 @@ hop — then the local part is sampled with the numba kernel while those calls a
 the answers are merged back in frontier order. De-duplication and relabelling use the local
 sampler's `Relabeler` (disjoint too), and the kernel draws per (hop seed, node), so a seeded
 distributed sample equals the single-machine sample of the unpartitioned graph, id for id.
-Features and labels of the sampled nodes come from `LocalFeatureStore.fetch` (local rows + one
+Features and labels of the sampled nodes come from `FeatureStoreCore.fetch` (local rows + one
 batched call per remote partition).
 
 Temporal sampling (`time_attr`): as in the local sampler it is disjoint, and every frontier
@@ -35,8 +35,8 @@ from torch import Tensor
 
 from app.config import SamplerConfig
 from app.distributed import endpoints, rpc, wire
-from app.distributed.feature_store import LocalFeatureStore
-from app.distributed.graph_store import LocalGraphStore
+from app.distributed.feature_store import FeatureStoreCore
+from app.distributed.graph_store import GraphStoreCore
 from app.distributed.routing import HopResult, merge_ragged, route, split_by_owner, take
 from app.sampler.kernel import STRATEGIES, Relabeler, derive_seed, hop_seed, sample_hop, warmup
 from app.sampler.output import Sample, SampledBatch
@@ -113,11 +113,11 @@ class HopStats:
 
 
 class DistNeighborSampler:
-    """Neighbour sampler over (LocalFeatureStore, LocalGraphStore) with remote hops by RPC."""
+    """Neighbour sampler over (FeatureStoreCore, GraphStoreCore) with remote hops by RPC."""
 
     def __init__(
         self,
-        data: tuple[LocalFeatureStore, LocalGraphStore],
+        data: tuple[FeatureStoreCore, GraphStoreCore],
         *,
         options: SamplerOptions,
         router: rpc.RPCRouter | None = None,
@@ -548,7 +548,7 @@ class _Endpoints:
 
 
 def local_hop(
-    graph_store: LocalGraphStore,
+    graph_store: GraphStoreCore,
     jobs: Sequence[tuple],
     replace: bool,
     strategy: str = "uniform",
@@ -565,7 +565,7 @@ def local_hop(
 
 
 def _local_hop(
-    graph_store: LocalGraphStore,
+    graph_store: GraphStoreCore,
     jobs: Sequence[tuple],
     replace: bool,
     strategy: str,
@@ -596,7 +596,7 @@ def _local_hop(
 
 
 def _edge_time_hop(
-    gs: LocalGraphStore,
+    gs: GraphStoreCore,
     edge_type: Any,
     frontier: np.ndarray,
     k: int,
@@ -641,7 +641,7 @@ def hop_stats() -> tuple[int, int]:
     return sum(h.requests for h in stats), sum(h.bytes for h in stats)
 
 
-def times_to_graph_store(fs: LocalFeatureStore, gs: LocalGraphStore, time_attr: str | None) -> None:
+def times_to_graph_store(fs: FeatureStoreCore, gs: GraphStoreCore, time_attr: str | None) -> None:
     """PyG's times in the feature store → the graph store, where local and peers' hops read
     them: node time (`time`) by global id, edge time per local edge in CSC order."""
     if not time_attr:
@@ -649,7 +649,7 @@ def times_to_graph_store(fs: LocalFeatureStore, gs: LocalGraphStore, time_attr: 
     if time_attr == "time":
         for group in [None] if not gs.is_hetero else list(gs.meta.get("node_types", [])):
             if group not in gs.time_types and "time" in fs.attr_names(group):
-                gs.put_node_time(fs.get_tensor(group_name=group, attr_name="time"), group)
+                gs.put_node_time(fs.attr(group, "time"), group)
         return
     for key in [None] if not gs.is_hetero else gs.edge_types:
         if key not in gs.edge_time_types:
@@ -658,14 +658,14 @@ def times_to_graph_store(fs: LocalFeatureStore, gs: LocalGraphStore, time_attr: 
                 gs.put_edge_time(time, key)
 
 
-def _edge_time(fs: LocalFeatureStore, gs: LocalGraphStore, key: Any, attr: str) -> Tensor | None:
+def _edge_time(fs: FeatureStoreCore, gs: GraphStoreCore, key: Any, attr: str) -> Tensor | None:
     """Edge time per local edge of `key`, in the graph store's CSC order, or None."""
     edge_id = gs.csc_numpy(key)[2]
     group = key if key is not None else (None, None)
     if attr in fs.attr_names(group):  # rows of edges by global edge id (partitions)
         return fs.local_get(edge_id, group, [attr])[attr]
     if key is None and attr in fs.attr_names(None):  # PyG's from_data: rows as edges were put
-        time = fs.get_tensor(group_name=None, attr_name=attr)
+        time = fs.attr(None, attr)
         if time.numel() != edge_id.size or int(edge_id.max(initial=-1)) >= time.numel():
             raise ValueError(
                 f"edge time {attr!r} has {time.numel()} rows for {edge_id.size} local edges "
@@ -675,7 +675,7 @@ def _edge_time(fs: LocalFeatureStore, gs: LocalGraphStore, key: Any, attr: str) 
     return None
 
 
-def _check_temporal(graph_store: LocalGraphStore, time_attr: str | None, strategy: str) -> bool:
+def _check_temporal(graph_store: GraphStoreCore, time_attr: str | None, strategy: str) -> bool:
     """Whether sampling is temporal; refuses what the partition cannot serve, early."""
     if strategy not in STRATEGIES:
         raise ValueError(

@@ -24,8 +24,8 @@ from torch import Tensor
 
 from app.distributed import endpoints, hot_cache, tensor, wire
 from app.distributed.endpoints import endpoint
-from app.distributed.feature_store import LocalFeatureStore
-from app.distributed.graph_store import LocalGraphStore
+from app.distributed.feature_store import FeatureStoreCore
+from app.distributed.graph_store import GraphStoreCore
 from app.distributed.sampler import SamplerOptions, hop_stats, local_hop, sampler_for
 from app.distributed.shm import SlotWriter
 from app.sampler import stages
@@ -140,7 +140,7 @@ def remote_tensor_apply(name: str, update: str, hyper: dict, ids: Tensor, grads:
 @endpoint("stats")
 def remote_stats() -> dict[str, float]:
     """This process so far: remote hop requests/bytes, remote feature rows/bytes and halo cache
-    hits (`LocalFeatureStore.counters`), CPU seconds, minor page faults."""
+    hits (`FeatureStoreCore.counters`), CPU seconds, minor page faults."""
     fs = endpoints.feature_store()
     requests, nbytes = hop_stats()
     return {
@@ -167,9 +167,9 @@ def remote_stop() -> bool:
 # -- sampler process ----------------------------------------------------------------------------
 
 
-def load_stores(root: str, pid: int) -> tuple[LocalFeatureStore, LocalGraphStore]:
+def load_stores(root: str, pid: int) -> tuple[FeatureStoreCore, GraphStoreCore]:
     """Both stores of part `pid`, sharing one (memory-mapped) load of the partition files."""
     from app.partition.reader import load_partition
 
     part = load_partition(root, pid)
-    return LocalFeatureStore.from_partition_data(part), LocalGraphStore.from_partition_data(part)
+    return FeatureStoreCore.from_partition_data(part), GraphStoreCore.from_partition_data(part)

@@ -35,9 +35,10 @@ from torch_geometric.sampler.neighbor_sampler import edge_sample, node_sample
 from app.distributed import endpoints, rpc
 from app.distributed import server as _server  # noqa: F401  (serves the "hop" endpoint)
 from app.distributed.context import DistContext
-from app.distributed.feature_store import LocalFeatureStore
-from app.distributed.graph_store import LocalGraphStore
+from app.distributed.graph_store import GraphStoreCore
 from app.distributed.pyg.event_loop import ConcurrentEventLoop
+from app.distributed.pyg.feature_store import LocalFeatureStore
+from app.distributed.pyg.graph_store import LocalGraphStore
 from app.distributed.sampler import DistNeighborSampler as _Sampler
 from app.distributed.sampler import SamplerOptions
 from app.sampler.output import Sample
@@ -184,7 +185,7 @@ async def _off_loop(fn: Callable, *args: Any) -> Any:
     return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
 
-def _own_time(gs: LocalGraphStore, seed: Tensor | dict[str, Tensor]) -> Any:
+def _own_time(gs: GraphStoreCore, seed: Tensor | dict[str, Tensor]) -> Any:
     """Each seed's own node time (by global id)."""
     if isinstance(seed, dict):
         return {t: gs.node_time(t)[ids] for t, ids in seed.items()}
