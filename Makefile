@@ -82,7 +82,7 @@ compat-pyg: install  ## opt-in: PyG's test/distributed against app.distributed (
 	@$(BIN)/python -c "import pyg_lib" 2>/dev/null || echo "compat-pyg: pyg-lib cannot be imported (not installed, or built for another torch / C++ ABI): the 39 sampler tests will fail on PyG's reference sampler (set PYG_LIB_WHEEL=, see docs/pyg-compat.md)"
 	PYG_GIT=$(abspath $(PYG_GIT)) PEER_METIS_GATE=force PEER_PATCH_LOAD=1 \
 	PEER_TIMEOUT=$${PEER_TIMEOUT:-90} PEER_CLEAN=$${PEER_CLEAN:-1} PEER_FILES="$(PYG_TESTS)" \
-	bash $(PEER_HARNESS) $(CURDIR)/$(BIN)/python app.distributed $(PYG_COMMIT)
+	bash $(PEER_HARNESS) $(abspath $(BIN)/python) app.distributed $(PYG_COMMIT)
 
 bench: install  ## benchmarks: table on stdout, records in outputs/bench/results.json
 	$(BIN)/python -m bench

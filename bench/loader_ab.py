@@ -12,8 +12,9 @@ where the tree has it), and new ÷ old.
 
 `--dist`: the distributed sampler instead (`DistNeighborSampler.sample_batch`, in process, on
 one partition of the same graph written once under /tmp by this tree's partitioner): its hop
-loop, relabelling and assembly as a sampler process runs them, without RPC (one partition
-owns every node, so nothing is routed to a peer).
+loop and relabelling as a sampler process runs them, without RPC (one partition
+owns every node, so nothing is routed to a peer), and the batch's assembly (`assemble`, the
+trainer's side where the sampler sends a record, `app.sampler.output`).
 """
 
 from __future__ import annotations
@@ -56,6 +57,10 @@ from bench.dist_sampling import BATCH, FANOUT
 from app.distributed.sampler import DistNeighborSampler, SamplerOptions
 from app.distributed.server import load_stores
 from app.sampler.stages import snapshot
+try:  # the sampler sends a record and the trainer builds the batch: both counted here
+    from app.loader.batch import assemble
+except ImportError:  # a tree whose sampler built the batch itself
+    assemble = lambda record: record
 sampler = DistNeighborSampler(load_stores(sys.argv[1], 0), options=SamplerOptions(FANOUT))
 sampler.prepare(2)
 order = torch.from_numpy(np.random.default_rng(0).permutation(200_000))
@@ -66,7 +71,7 @@ for i in range(0, order.numel(), BATCH):
         break
     seeds = order[i : i + BATCH]
     before, start = snapshot(), time.process_time()
-    held = sampler.sample_batch(seeds, torch.arange(seeds.numel()), seed=i)
+    held = assemble(sampler.sample_batch(seeds, torch.arange(seeds.numel()), seed=i))
     cpu, after = time.process_time() - start, snapshot()
     print(repr((cpu, {k: after[k] - before[k] for k in after})), flush=True)
 """

@@ -28,8 +28,8 @@ from app.entrypoint import lazy_exports, type_checking_exports
 if TYPE_CHECKING:  # the exports: their types for mypy and IDEs, and the table below
     from app.distributed.context import DistContext as DistContext
     from app.distributed.context import DistRole as DistRole
-    from app.distributed.feature_store import LocalFeatureStore as LocalFeatureStore
-    from app.distributed.graph_store import LocalGraphStore as LocalGraphStore
+    from app.distributed.pyg.feature_store import LocalFeatureStore as LocalFeatureStore
+    from app.distributed.pyg.graph_store import LocalGraphStore as LocalGraphStore
     from app.distributed.pyg.loader import DistLinkNeighborLoader as DistLinkNeighborLoader
     from app.distributed.pyg.loader import DistLoader as DistLoader
     from app.distributed.pyg.loader import DistNeighborLoader as DistNeighborLoader

@@ -69,7 +69,7 @@ def await_registered(timeout_s: float = REGISTER_WAIT_S) -> None:
 
 
 def stores() -> tuple[Any, Any]:
-    """(LocalFeatureStore, LocalGraphStore) this process serves."""
+    """(FeatureStoreCore, GraphStoreCore) this process serves (or their PyG faces)."""
     if "gs" not in _service:
         raise RuntimeError("this process holds no partition (no stores registered)")
     return _service["fs"], _service["gs"]
@@ -80,5 +80,5 @@ def router() -> Any:
 
 
 def feature_store() -> Any:
-    """The LocalFeatureStore this process serves, or None."""
+    """The FeatureStoreCore this process serves, or None."""
     return _service.get("fs")

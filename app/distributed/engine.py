@@ -30,9 +30,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from app.distributed.feature_store import LocalFeatureStore
+from app.distributed.feature_store import FeatureStoreCore
 from app.distributed.feeding import Feeding, Pending
-from app.distributed.graph_store import LocalGraphStore
+from app.distributed.graph_store import GraphStoreCore
 from app.distributed.inputs import EdgeType, Inputs
 from app.distributed.sampler import DistNeighborSampler
 from app.loader.epochs import EpochBatching
@@ -81,8 +81,8 @@ class BatchEngine:
         self.sampler, self.inputs, self.batching, self.feeding = sampler, inputs, batching, feeding
         self.device, self.transform, self.async_sampling = device, transform, async_sampling
         self.schedule = schedule or Schedule()
-        self.feature_store: LocalFeatureStore = sampler.feature_store
-        self.graph_store: LocalGraphStore = sampler.graph_store
+        self.feature_store: FeatureStoreCore = sampler.feature_store
+        self.graph_store: GraphStoreCore = sampler.graph_store
         self.labels = find_labels(self.feature_store, self.graph_store)
         self._label_key = label_key(self.labels, inputs.label_key, self.graph_store)
         self.epoch = 0
@@ -240,15 +240,15 @@ def _drain(window: deque[Pending]) -> None:
     window.clear()
 
 
-def find_labels(fs: LocalFeatureStore, gs: LocalGraphStore) -> Any:
+def find_labels(fs: FeatureStoreCore, gs: GraphStoreCore) -> Any:
     """Whole-graph labels for batches of a partition without `y`: the stores' `labels` (PyG's
     scripts set `feature.labels` / `graph.labels`), else the label file beside the partition
-    (`gs.labels`, read by `LocalGraphStore.from_partition`); None when there are none."""
+    (`gs.labels`, read by `GraphStoreCore.from_partition`); None when there are none."""
     labels = getattr(fs, "labels", None)
     return labels if labels is not None else getattr(gs, "labels", None)
 
 
-def label_key(labels: Any, key: str | EdgeType | None, gs: LocalGraphStore) -> Any:
+def label_key(labels: Any, key: str | EdgeType | None, gs: GraphStoreCore) -> Any:
     """Whose labels a lone label tensor holds: on a heterogeneous link loader, the nodes of an
     end type when it has one label per node of that type (a node label file beside a link
     loader), else the link type's edges (PyG's rule); otherwise `key` as given."""

@@ -1,10 +1,13 @@
-"""`LocalFeatureStore`: one partition's node features behind PyG's FeatureStore API, plus the
-distributed lookup that merges local rows with rows fetched from their owners.
+"""`FeatureStoreCore`: one partition's node (and edge) rows, plus the distributed lookup that
+merges local rows with rows fetched from their owners.
 
-PyG's surface: `from_data` / `from_hetero_data` (PyG's signatures, rows kept as given),
-`put_global_id` / `get_global_id` / `get_local_id`, edge features under edge-type groups
-(`(None, None)` when homogeneous), and node `time` as PyG keeps it: one value per node of the
-whole graph, indexed by global id (such attributes are read by id, never fetched by RPC).
+PyG-free: a sampler process loads this and never imports torch_geometric (issue 38: PyG is a
+large share of its fixed memory). PyG's `FeatureStore` API over it (`put_tensor` /
+`get_tensor`, `from_data`, `lookup_features`, ...) is `app.distributed.pyg.feature_store.
+LocalFeatureStore`, a subclass. Rows are kept by (group, name): group a node type (None when
+homogeneous) or an edge type (`(None, None)` when homogeneous); node `time` as PyG keeps it,
+one value per node of the whole graph, indexed by global id (such attributes are read by id,
+never fetched by RPC).
 
 Rows are stored as in the partition files — owned global ids sorted ascending, features in the
 same order, memory-mapped — so global → row is one vectorised `searchsorted`, and a lookup
@@ -16,22 +19,19 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 from numba import njit
 from torch import Tensor
-from torch_geometric.data import FeatureStore, TensorAttr
-from torch_geometric.data.feature_store import _FieldStatus
 
 from app.distributed import hot_cache, rpc, wire
 from app.distributed.graph_store import load_edge_map, owner_of
 from app.distributed.halo_cache import HaloCache, load_or_fill
 from app.distributed.routing import Positions, merge_rows, route, split_by_owner, take
-from app.partition.book import DictPartitionBook, PartitionBook, pyg_book
+from app.partition.book import PartitionBook, pyg_book
 from app.partition.reader import PartitionData, load_partition
 
 Group = Any  # node type (None when homogeneous) or edge type ((None, None) when homogeneous)
@@ -69,24 +69,13 @@ def gather_rows(src: np.ndarray, rows: np.ndarray, dst: np.ndarray, where: Posit
         dst[where] = src[rows]
 
 
-@dataclass
-class LocalTensorAttr(TensorAttr):
-    """A tensor attribute whose index is optional (PyG's name)."""
-
-    def __init__(
-        self,
-        group_name: Any = _FieldStatus.UNSET,
-        attr_name: Any = _FieldStatus.UNSET,
-        index: Any = None,
-    ):
-        super().__init__(group_name, attr_name, index)
+F = TypeVar("F", bound="FeatureStoreCore")
 
 
-class LocalFeatureStore(FeatureStore):
+class FeatureStoreCore:
     """Node features and labels of the local partition; remote rows come by RPC."""
 
     def __init__(self) -> None:
-        super().__init__(tensor_attr_cls=LocalTensorAttr)
         self._feat: dict[tuple[Group, str], Tensor] = {}
         self._global_id: dict[Group, Tensor] = {}
         self._by_id: set[tuple[Group, str]] = set()  # attributes indexed by global id (time)
@@ -117,12 +106,12 @@ class LocalFeatureStore(FeatureStore):
     # -- construction -------------------------------------------------------------------------
 
     @classmethod
-    def from_partition(cls, root: str | Path, pid: int) -> LocalFeatureStore:
+    def from_partition(cls: type[F], root: str | Path, pid: int) -> F:
         """Load part `pid`'s features (memory-mapped, no copies)."""
         return cls.from_partition_data(load_partition(root, pid))
 
     @classmethod
-    def from_partition_data(cls, part: PartitionData) -> LocalFeatureStore:
+    def from_partition_data(cls: type[F], part: PartitionData) -> F:
         """The part's node rows; node `time` of the whole graph (PyG's); edge ids, features and
         times of the owned edges; labels (`y`) last, as PyG lists attributes without them."""
         store = cls()
@@ -164,66 +153,6 @@ class LocalFeatureStore(FeatureStore):
             store._feat[(group, "y")] = y
         return store
 
-    @classmethod
-    def from_data(
-        cls,
-        node_id: Tensor,
-        x: Tensor | None = None,
-        y: Tensor | None = None,
-        edge_id: Tensor | None = None,
-        edge_attr: Tensor | None = None,
-    ) -> LocalFeatureStore:
-        """PyG's: a one-partition store over homogeneous tensors, rows as given (`node_id` /
-        `edge_id`: their global ids; edge features live under group `(None, None)`)."""
-        if edge_attr is not None and edge_id is None:
-            raise ValueError("'edge_id' needs to be present in case 'edge_attr' is passed")
-        store = cls._of({None: node_id}, {None: x}, {None: y}, hetero=False)
-        if edge_id is not None:
-            store.put_global_id(edge_id, group_name=(None, None))
-        if edge_attr is not None:
-            store.put_tensor(edge_attr, group_name=(None, None), attr_name="edge_attr")
-        return store
-
-    @classmethod
-    def from_hetero_data(
-        cls,
-        node_id_dict: dict[Any, Tensor],
-        x_dict: dict[Any, Tensor] | None = None,
-        y_dict: dict[Any, Tensor] | None = None,
-        edge_id_dict: dict[Any, Tensor] | None = None,
-        edge_attr_dict: dict[Any, Tensor] | None = None,
-    ) -> LocalFeatureStore:
-        """PyG's: a one-partition store over per-type tensors, rows as given."""
-        missing = [et for et in edge_attr_dict or {} if et not in (edge_id_dict or {})]
-        if missing:
-            raise ValueError(f"'edge_id' needs to be present in case 'edge_attr' is passed "
-                             f"(edge types {missing})")  # fmt: skip
-        store = cls._of(node_id_dict, x_dict or {}, y_dict or {}, hetero=True)
-        for et, eid in (edge_id_dict or {}).items():
-            store.put_global_id(eid, group_name=et)
-        for et, attr in (edge_attr_dict or {}).items():
-            store.put_tensor(attr, group_name=et, attr_name="edge_attr")
-        return store
-
-    @classmethod
-    def _of(cls, ids: dict, xs: dict, ys: dict, hetero: bool) -> LocalFeatureStore:
-        """Node ids and x / y per group (PyG's order: every x, then every y)."""
-        store = cls()
-        for group, gid in ids.items():
-            store.put_global_id(gid, group_name=group)
-        for name, d in (("x", xs), ("y", ys)):
-            for group, value in d.items():
-                if value is not None:
-                    store._feat[(group, name)] = value
-        books = {
-            g: DictPartitionBook(torch.zeros(int(i.max()) + 1 if i.numel() else 0,
-                                             dtype=torch.int64), 1)
-            for g, i in ids.items()
-        }  # fmt: skip
-        store.node_feat_pb = books if hetero else books[None]
-        store.meta = {"num_parts": 1, "is_hetero": hetero}
-        return store
-
     def put_global_id(self, global_id: Tensor, group_name: Group) -> bool:
         """PyG's: the global ids of a group's rows (any order; rows stay as put)."""
         self._global_id[group_name] = global_id
@@ -243,22 +172,6 @@ class LocalFeatureStore(FeatureStore):
         self._views.clear()
         self._starts.pop(group, None)
         self._row_maps.pop(group, None)
-
-    def set_rpc_router(self, rpc_router: rpc.RPCRouter | None) -> None:
-        """PyG's: route remote lookups with `rpc_router`, and serve this store's rows to peers
-        (unless `local_only`)."""
-        if not self.local_only and rpc_router is None:
-            raise ValueError("An RPC router must be provided")
-        self.router = rpc_router
-        if not self.local_only:
-            from app.distributed import endpoints
-
-            endpoints.serve_features(self, rpc_router)
-
-    @property
-    def rpc_router(self) -> rpc.RPCRouter | None:
-        """PyG's name of `router`."""
-        return self.router
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -532,67 +445,23 @@ class LocalFeatureStore(FeatureStore):
                 merge_rows(split, {p: wire.rows_numpy(got[a])}, out[a])
         return {a: torch.from_numpy(v) for a, v in out.items()}
 
-    def lookup_features(
-        self, index: Tensor, is_node_feat: bool = True, input_type: Group = None
-    ) -> torch.futures.Future:
-        """PyG's API: a completed future of the `x` rows (edge features: `edge_attr` rows) of
-        global `index`, in request order."""
-        if is_node_feat:
-            group, name = input_type, "x"
-        else:
-            group, name = (input_type if self.is_hetero else (None, None)), "edge_attr"
-        fut: torch.futures.Future = torch.futures.Future()
-        try:
-            fut.set_result(self.fetch(index, group, [name])["x" if is_node_feat else name])
-        except Exception as err:
-            fut.set_exception(err)
-        return fut
+    # -- attributes by name ------------------------------------------------------------------
 
-    # -- FeatureStore API ---------------------------------------------------------------------
+    def put_attr(self, tensor: Tensor, group: Group, name: str) -> None:
+        """Keep `tensor` as attribute `name` of `group` (rows in the order of its global ids;
+        PyG's `put_tensor`); it is one put by the script, not read from the partition files."""
+        self._views.clear()
+        self.put_keys.add((group, name))
+        self._by_id.discard((group, name))
+        self._feat[(group, name)] = tensor
 
-    @staticmethod
-    def key(attr: TensorAttr) -> tuple[Group, str]:
-        """PyG's: the (group, attribute name) a tensor is kept under."""
-        return (attr.group_name, attr.attr_name)
+    def attr(self, group: Group, name: str) -> Tensor:
+        """The whole stored tensor of attribute `name` of `group` (KeyError when absent)."""
+        key = (group, name)
+        if key not in self._feat:
+            raise KeyError(f"no attribute {name!r} of group {group!r} in this feature store")
+        return self._feat[key]
 
     def tensors_put(self) -> dict[tuple[Group, str], Tensor]:
-        """The tensors put by `put_tensor` (not read from the partition's files), by key."""
+        """The tensors put by `put_attr` (not read from the partition's files), by key."""
         return {key: self._feat[key] for key in self.put_keys}
-
-    def has_edge_attr(self) -> bool:
-        """PyG's: whether some edge type (`(None, None)` when homogeneous) has `edge_attr`."""
-        return any(name == "edge_attr" for _, name in self._feat)
-
-    def _put_tensor(self, tensor: Tensor, attr: TensorAttr) -> bool:
-        self._views.clear()
-        self.put_keys.add((attr.group_name, attr.attr_name))
-        self._by_id.discard((attr.group_name, attr.attr_name))
-        self._feat[(attr.group_name, attr.attr_name)] = tensor
-        return True
-
-    def _get_tensor(self, attr: TensorAttr) -> Tensor | None:
-        tensor = self._feat.get((attr.group_name, attr.attr_name))
-        if tensor is None or attr.index is None:
-            return tensor
-        return tensor[attr.index]
-
-    def _remove_tensor(self, attr: TensorAttr) -> bool:
-        self._views.clear()
-        self.put_keys.discard((attr.group_name, attr.attr_name))
-        self._by_id.discard((attr.group_name, attr.attr_name))
-        return self._feat.pop((attr.group_name, attr.attr_name), None) is not None
-
-    def _get_tensor_size(self, attr: TensorAttr) -> tuple[int, ...] | None:
-        tensor = self._feat.get((attr.group_name, attr.attr_name))
-        return None if tensor is None else tuple(tensor.shape)
-
-    def get_all_tensor_attrs(self) -> list[LocalTensorAttr]:
-        return [LocalTensorAttr(g, name) for g, name in self._feat]
-
-    def get_tensor_from_global_id(self, *args: Any, **kwargs: Any) -> Tensor:
-        """PyG's: rows of one attribute for owned GLOBAL node ids (`index`), in request order."""
-        attr = self._tensor_attr_cls.cast(*args, **kwargs)
-        if attr.index is None:
-            raise ValueError("get_tensor_from_global_id needs index=<global node ids>")
-        name = attr.attr_name
-        return self.local_get(torch.as_tensor(attr.index).numpy(), attr.group_name, [name])[name]

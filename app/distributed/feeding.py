@@ -23,7 +23,9 @@ from app.distributed import rpc
 from app.distributed.context import DistContext
 from app.distributed.sampler import DistNeighborSampler
 from app.distributed.shm import PREFIX, SHM_DIR, BatchRing
+from app.loader.batch import assemble
 from app.runtime import worker_name
+from app.sampler.output import SampledBatch
 
 PREPARE_TIMEOUTS = 5  # a sampler's warm-up may wait 4 RPC timeouts for a halo cache fill
 
@@ -37,13 +39,14 @@ class BatchRequest(Protocol):
         """The endpoint's arguments after the sampler options and before the ring slot."""
         ...
 
-    def run(self, sampler: DistNeighborSampler, alloc: Any = None) -> Any:
-        """Sample it here, with `sampler`."""
+    def run(self, sampler: DistNeighborSampler, alloc: Any = None) -> SampledBatch:
+        """Sample it here, with `sampler` (the record; `wait` builds the batch)."""
         ...
 
 
 class Pending(Protocol):
-    """A batch on its way: `wait()` returns it (its shared-memory features mapped)."""
+    """A batch on its way: `wait()` returns it, built on this side from the sampler's record
+    (`app.loader.batch.assemble`; its shared-memory features mapped)."""
 
     def wait(self) -> Any: ...
 
@@ -56,7 +59,7 @@ class _InThread:
     timeout: float
 
     def wait(self) -> Any:
-        return self.future.result(timeout=self.timeout)
+        return assemble(self.future.result(timeout=self.timeout))
 
 
 @dataclass
@@ -68,9 +71,9 @@ class _InSlot:
     slot: str
 
     def wait(self) -> Any:
-        data = self.call.wait()
+        record = self.call.wait()
         try:
-            return self.ring.attach(data, self.slot)
+            return assemble(self.ring.attach(record, self.slot))
         except FileNotFoundError as err:  # it exited between its reply and this mapping
             raise rpc.PeerError(
                 f"{self.call.peer} (partition {self.call.partition}) is gone: the shared memory "

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from app.distributed import rpc, server
 from app.distributed.context import DistContext
-from app.distributed.feature_store import LocalFeatureStore
-from app.distributed.graph_store import LocalGraphStore
+from app.distributed.feature_store import FeatureStoreCore
+from app.distributed.graph_store import GraphStoreCore
 
 DEFAULT_RPC_THREADS = 32  # RPC handler threads of a process (PyG's num_rpc_threads=None)
-Stores = tuple[LocalFeatureStore, LocalGraphStore]
+Stores = tuple[FeatureStoreCore, GraphStoreCore]
 
 
 def trainer_router(ctx: DistContext, num_partitions: int) -> rpc.RPCRouter | None:

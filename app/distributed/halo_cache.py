@@ -6,7 +6,7 @@ in-degree from owned nodes, ties by id) and the top `rows` are cached. The cache
 per partition and cache size, by the first process of the node that needs it (under a file
 lock), with one batched fetch from the owners, and written next to the partition
 (`<root>/cache/halo_p<part>_<rows>.pt`, atomically, with its checksum beside it); every process of the node then maps that
-file, so the rows are held once per node in the shared page cache. `LocalFeatureStore.fetch`
+file, so the rows are held once per node in the shared page cache. `FeatureStoreCore.fetch`
 serves cached rows before it asks any remote owner for the rest. Each process hashes the
 file before it maps it: one that does not match its checksum (bit rot, an edit, a cache
 written before checksums) is rebuilt, with a warning line.

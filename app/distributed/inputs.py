@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from app.distributed.sampler import DistNeighborSampler
+from app.sampler.output import SampledBatch
 
 EdgeType = tuple[str, str, str]
 _SEED_MASK = 0x7FFFFFFFFFFF  # torch.Generator seeds: non-negative, below 2**63
@@ -33,7 +34,7 @@ class NodeBatch:
     def wire(self) -> tuple[Any, ...]:
         return (self.seeds, self.input_id, self.input_type, self.seed, self.seed_time)
 
-    def run(self, sampler: DistNeighborSampler, alloc: Any = None) -> Any:
+    def run(self, sampler: DistNeighborSampler, alloc: Any = None) -> SampledBatch:
         return sampler.sample_batch(
             self.seeds, self.input_id, self.input_type, self.seed, alloc, self.seed_time
         )
@@ -51,7 +52,7 @@ class LinkBatch:
     def wire(self) -> tuple[Any, ...]:
         return (self.batch, self.mode, self.seed)
 
-    def run(self, sampler: DistNeighborSampler, alloc: Any = None) -> Any:
+    def run(self, sampler: DistNeighborSampler, alloc: Any = None) -> SampledBatch:
         return sampler.sample_edges(self.batch, self.mode, self.seed, alloc)
 
 

@@ -1,5 +1,5 @@
 """PyG's `torch_geometric.distributed.local_feature_store`: `LocalFeatureStore` (ours)."""
 
-from app.distributed.feature_store import LocalFeatureStore, LocalTensorAttr
+from app.distributed.pyg.feature_store import LocalFeatureStore, LocalTensorAttr
 
 __all__ = ["LocalFeatureStore", "LocalTensorAttr"]

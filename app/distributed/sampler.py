@@ -6,7 +6,7 @@ hop — then the local part is sampled with the numba kernel while those calls a
 the answers are merged back in frontier order. De-duplication and relabelling use the local
 sampler's `Relabeler` (disjoint too), and the kernel draws per (hop seed, node), so a seeded
 distributed sample equals the single-machine sample of the unpartitioned graph, id for id.
-Features and labels of the sampled nodes come from `LocalFeatureStore.fetch` (local rows + one
+Features and labels of the sampled nodes come from `FeatureStoreCore.fetch` (local rows + one
 batched call per remote partition).
 
 Temporal sampling (`time_attr`): as in the local sampler it is disjoint, and every frontier
@@ -32,16 +32,14 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
-from torch_geometric.data import Data, HeteroData
-from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 
 from app.config import SamplerConfig
 from app.distributed import endpoints, rpc, wire
-from app.distributed.feature_store import LocalFeatureStore
-from app.distributed.graph_store import LocalGraphStore
+from app.distributed.feature_store import FeatureStoreCore
+from app.distributed.graph_store import GraphStoreCore
 from app.distributed.routing import HopResult, merge_ragged, route, split_by_owner, take
-from app.loader.batch import to_data, to_hetero_data
 from app.sampler.kernel import STRATEGIES, Relabeler, derive_seed, hop_seed, sample_hop, warmup
+from app.sampler.output import Sample, SampledBatch
 from app.sampler.stages import stage
 
 EdgeType = tuple[str, str, str]
@@ -115,11 +113,11 @@ class HopStats:
 
 
 class DistNeighborSampler:
-    """Neighbour sampler over (LocalFeatureStore, LocalGraphStore) with remote hops by RPC."""
+    """Neighbour sampler over (FeatureStoreCore, GraphStoreCore) with remote hops by RPC."""
 
     def __init__(
         self,
-        data: tuple[LocalFeatureStore, LocalGraphStore],
+        data: tuple[FeatureStoreCore, GraphStoreCore],
         *,
         options: SamplerOptions,
         router: rpc.RPCRouter | None = None,
@@ -265,8 +263,8 @@ class DistNeighborSampler:
         input_type: str | None = None,
         seed: int = 0,
         seed_time: Tensor | None = None,
-    ) -> SamplerOutput | HeteroSamplerOutput:
-        """Sample the multi-hop neighbourhood of global `seeds` (PyG's output types).
+    ) -> Sample:
+        """Sample the multi-hop neighbourhood of global `seeds` (PyG's output fields).
 
         `seeds`: ids of `input_type`, or {node type: ids} (hetero link batches seed both end
         types). `seed` seeds the kernel exactly like the single-machine sampler
@@ -292,13 +290,13 @@ class DistNeighborSampler:
         with stage("assembly"):
             return self._output(nodes, batch, out)
 
-    def _output(self, nodes: dict, batch: dict | None, out: tuple) -> Any:
-        """PyG's sampler output of `_grow`'s lists and the relabelers' node ids."""
+    def _output(self, nodes: dict, batch: dict | None, out: tuple) -> Sample:
+        """The sample of `_grow`'s lists and the relabelers' node ids."""
         rows, cols, eids, nsn, nse = out
         t64 = torch.from_numpy
         if not self.graph_store.is_hetero:
             edge_index = t64(_pair(rows[None], cols[None]))
-            return SamplerOutput(
+            return Sample(
                 node=t64(nodes[None]),
                 row=edge_index[0],
                 col=edge_index[1],
@@ -307,7 +305,7 @@ class DistNeighborSampler:
                 num_sampled_nodes=nsn[None],
                 num_sampled_edges=nse[None],
             )
-        return HeteroSamplerOutput(
+        return Sample(
             node={t: t64(n) for t, n in nodes.items()},
             row={et: t64(_cat(v)) for et, v in rows.items()},
             col={et: t64(_cat(v)) for et, v in cols.items()},
@@ -408,8 +406,9 @@ class DistNeighborSampler:
         seed: int = 0,
         alloc: Any = None,
         seed_time: Tensor | None = None,
-    ) -> Data | HeteroData:
-        """Seeds → sampled subgraph with features and labels, in NeighborLoader's layout.
+    ) -> SampledBatch:
+        """Seeds → sampled subgraph with features and labels, for NeighborLoader's layout
+        (`app.loader.batch.assemble` builds it on the trainer).
 
         `alloc` provides the feature arrays (see `shm.SlotWriter`); default: heap.
         `seed_time`: one time per seed (temporal sampling; kept as the batch's `seed_time`).
@@ -420,7 +419,7 @@ class DistNeighborSampler:
 
     def sample_edges(
         self, batch: dict[str, Any], mode: str, seed: int = 0, alloc: Any = None
-    ) -> Data | HeteroData:
+    ) -> SampledBatch:
         """Link batch → subgraph around every endpoint, with PyG's link-loader fields.
 
         `batch`: `src`, `dst` (positives, then binary negatives), `input_id`, `edge_label`
@@ -442,7 +441,7 @@ class DistNeighborSampler:
 
     def _sample_merged_link(
         self, ends: _Endpoints, src_t: Any, dst_t: Any, seed: int
-    ) -> tuple[Any, tuple[Tensor, ...]]:
+    ) -> tuple[Sample, tuple[Tensor, ...]]:
         """Non-disjoint: endpoints de-duplicated into sorted seeds; link indices by inverse."""
         src, dst = ends.src, ends.dst
         if src_t == dst_t:
@@ -457,7 +456,7 @@ class DistNeighborSampler:
 
     def _sample_disjoint_link(
         self, ends: _Endpoints, src_t: Any, dst_t: Any, seed: int
-    ) -> tuple[Any, tuple[Tensor, ...]]:
+    ) -> tuple[Sample, tuple[Tensor, ...]]:
         """Disjoint (temporal too): a tree per endpoint, in PyG's seed order."""
         n_src, n_dst = ends.src.numel(), ends.dst.numel()
         if src_t == dst_t:
@@ -476,20 +475,20 @@ class DistNeighborSampler:
             out.batch = out.batch % ends.num_pos
         return out, ends.index(inv_src, inv_dst)
 
-    def _collate(self, out: Any, input_type: Any, link: Any, alloc: Any) -> Data | HeteroData:
-        """Gather node attributes (local + remote) and build the batch with the local loader's
-        `to_data` / `to_hetero_data`, so both loaders emit the same layout."""
-        if isinstance(out, HeteroSamplerOutput):
+    def _collate(self, out: Sample, input_type: Any, link: Any, alloc: Any) -> SampledBatch:
+        """Gather node attributes (local + remote) and edge attributes of `out`: the batch's
+        record, which the trainer builds with the local loader's `to_data` / `to_hetero_data`
+        (`app.loader.batch.assemble`), so both loaders emit the same layout."""
+        if self.graph_store.is_hetero:
+            assert isinstance(out.node, dict)
             attrs = {t: self._gather(nodes, t, alloc) for t, nodes in out.node.items()}
-            edges = {et: self._edge_attr(e, et) for et, e in (out.edge or {}).items()}
-            with stage("assembly"):
-                return to_hetero_data(
-                    out, node_attrs=attrs, edge_attrs=edges, input_type=input_type, link=link
-                )
+            edge = out.edge if isinstance(out.edge, dict) else {}
+            edges = {et: self._edge_attr(e, et) for et, e in edge.items()}
+            return SampledBatch(out, True, attrs, edges, input_type, link)
+        assert isinstance(out.node, Tensor) and not isinstance(out.edge, dict)
         edges = self._edge_attr(out.edge, (None, None))
         attrs = self._gather(out.node, None, alloc)
-        with stage("assembly"):
-            return to_data(out, node_attrs=attrs, edge_attrs=edges, link=link)
+        return SampledBatch(out, False, attrs, edges, input_type, link)
 
     def _edge_attr(self, e_id: Tensor | None, group: Any) -> dict[str, Tensor]:
         """PyG's `edge_attr` of the sampled edges (global ids; remote rows by RPC), when the
@@ -549,7 +548,7 @@ class _Endpoints:
 
 
 def local_hop(
-    graph_store: LocalGraphStore,
+    graph_store: GraphStoreCore,
     jobs: Sequence[tuple],
     replace: bool,
     strategy: str = "uniform",
@@ -566,7 +565,7 @@ def local_hop(
 
 
 def _local_hop(
-    graph_store: LocalGraphStore,
+    graph_store: GraphStoreCore,
     jobs: Sequence[tuple],
     replace: bool,
     strategy: str,
@@ -597,7 +596,7 @@ def _local_hop(
 
 
 def _edge_time_hop(
-    gs: LocalGraphStore,
+    gs: GraphStoreCore,
     edge_type: Any,
     frontier: np.ndarray,
     k: int,
@@ -642,7 +641,7 @@ def hop_stats() -> tuple[int, int]:
     return sum(h.requests for h in stats), sum(h.bytes for h in stats)
 
 
-def times_to_graph_store(fs: LocalFeatureStore, gs: LocalGraphStore, time_attr: str | None) -> None:
+def times_to_graph_store(fs: FeatureStoreCore, gs: GraphStoreCore, time_attr: str | None) -> None:
     """PyG's times in the feature store → the graph store, where local and peers' hops read
     them: node time (`time`) by global id, edge time per local edge in CSC order."""
     if not time_attr:
@@ -650,7 +649,7 @@ def times_to_graph_store(fs: LocalFeatureStore, gs: LocalGraphStore, time_attr: 
     if time_attr == "time":
         for group in [None] if not gs.is_hetero else list(gs.meta.get("node_types", [])):
             if group not in gs.time_types and "time" in fs.attr_names(group):
-                gs.put_node_time(fs.get_tensor(group_name=group, attr_name="time"), group)
+                gs.put_node_time(fs.attr(group, "time"), group)
         return
     for key in [None] if not gs.is_hetero else gs.edge_types:
         if key not in gs.edge_time_types:
@@ -659,14 +658,14 @@ def times_to_graph_store(fs: LocalFeatureStore, gs: LocalGraphStore, time_attr: 
                 gs.put_edge_time(time, key)
 
 
-def _edge_time(fs: LocalFeatureStore, gs: LocalGraphStore, key: Any, attr: str) -> Tensor | None:
+def _edge_time(fs: FeatureStoreCore, gs: GraphStoreCore, key: Any, attr: str) -> Tensor | None:
     """Edge time per local edge of `key`, in the graph store's CSC order, or None."""
     edge_id = gs.csc_numpy(key)[2]
     group = key if key is not None else (None, None)
     if attr in fs.attr_names(group):  # rows of edges by global edge id (partitions)
         return fs.local_get(edge_id, group, [attr])[attr]
     if key is None and attr in fs.attr_names(None):  # PyG's from_data: rows as edges were put
-        time = fs.get_tensor(group_name=None, attr_name=attr)
+        time = fs.attr(None, attr)
         if time.numel() != edge_id.size or int(edge_id.max(initial=-1)) >= time.numel():
             raise ValueError(
                 f"edge time {attr!r} has {time.numel()} rows for {edge_id.size} local edges "
@@ -676,7 +675,7 @@ def _edge_time(fs: LocalFeatureStore, gs: LocalGraphStore, key: Any, attr: str) 
     return None
 
 
-def _check_temporal(graph_store: LocalGraphStore, time_attr: str | None, strategy: str) -> bool:
+def _check_temporal(graph_store: GraphStoreCore, time_attr: str | None, strategy: str) -> bool:
     """Whether sampling is temporal; refuses what the partition cannot serve, early."""
     if strategy not in STRATEGIES:
         raise ValueError(

@@ -24,11 +24,12 @@ from torch import Tensor
 
 from app.distributed import endpoints, hot_cache, tensor, wire
 from app.distributed.endpoints import endpoint
-from app.distributed.feature_store import LocalFeatureStore
-from app.distributed.graph_store import LocalGraphStore
+from app.distributed.feature_store import FeatureStoreCore
+from app.distributed.graph_store import GraphStoreCore
 from app.distributed.sampler import SamplerOptions, hop_stats, local_hop, sampler_for
 from app.distributed.shm import SlotWriter
 from app.sampler import stages
+from app.sampler.output import SampledBatch
 from app.sampler.stages import stage
 
 _stop = threading.Event()
@@ -83,8 +84,9 @@ def remote_sample_batch(
     seed: int,
     seed_time: Tensor | None,
     slot: str | None,
-) -> Any:
-    """A trainer's seed batch → Data / HeteroData with features (runs in a sampler process);
+) -> SampledBatch:
+    """A trainer's seed batch → its sample with features, as a record the trainer builds the
+    Data / HeteroData from (runs in a sampler process, which never imports PyG);
     `seed_time`: one per seed (temporal sampling); with `slot`, the features are written into
     that shared-memory ring slot."""
     alloc = SlotWriter(slot) if slot else None
@@ -101,14 +103,15 @@ def remote_prepare_sampler(options: SamplerOptions, concurrency: int) -> None:
 @endpoint("sample_edges")
 def remote_sample_edges(
     options: SamplerOptions, batch: dict[str, Tensor], mode: str, seed: int, slot: str | None
-) -> Any:
-    """A trainer's edge batch (positives + negatives) → Data for link prediction."""
+) -> SampledBatch:
+    """A trainer's edge batch (positives + negatives) → the record of its Data for link
+    prediction."""
     alloc = SlotWriter(slot) if slot else None
     data = sampler_for(options).sample_edges(batch, mode, seed, alloc)
     return _export(alloc, data)
 
 
-def _export(alloc: SlotWriter | None, data: Any) -> Any:
+def _export(alloc: SlotWriter | None, data: SampledBatch) -> SampledBatch:
     """The batch as its trainer receives it: through the ring slot, or whole over RPC."""
     if alloc is None:
         return data
@@ -137,7 +140,7 @@ def remote_tensor_apply(name: str, update: str, hyper: dict, ids: Tensor, grads:
 @endpoint("stats")
 def remote_stats() -> dict[str, float]:
     """This process so far: remote hop requests/bytes, remote feature rows/bytes and halo cache
-    hits (`LocalFeatureStore.counters`), CPU seconds, minor page faults."""
+    hits (`FeatureStoreCore.counters`), CPU seconds, minor page faults."""
     fs = endpoints.feature_store()
     requests, nbytes = hop_stats()
     return {
@@ -164,9 +167,9 @@ def remote_stop() -> bool:
 # -- sampler process ----------------------------------------------------------------------------
 
 
-def load_stores(root: str, pid: int) -> tuple[LocalFeatureStore, LocalGraphStore]:
+def load_stores(root: str, pid: int) -> tuple[FeatureStoreCore, GraphStoreCore]:
     """Both stores of part `pid`, sharing one (memory-mapped) load of the partition files."""
     from app.partition.reader import load_partition
 
     part = load_partition(root, pid)
-    return LocalFeatureStore.from_partition_data(part), LocalGraphStore.from_partition_data(part)
+    return FeatureStoreCore.from_partition_data(part), GraphStoreCore.from_partition_data(part)

@@ -30,13 +30,13 @@ import weakref
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from app.fsutil import pid_alive
+from app.sampler.output import SampledBatch
 
 SHM_DIR = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
 PREFIX = "distgnn-"
@@ -131,12 +131,13 @@ class SlotWriter:
         self.arrays[arr.ctypes.data] = ShmArray(self.path, offset, tuple(shape), dtype.str)
         return arr
 
-    def export(self, data: Any) -> Any:
-        for store in data.node_stores:
-            for key, value in list(store.items()):
+    def export(self, batch: SampledBatch) -> SampledBatch:
+        """`batch` with every row array written here swapped for its `ShmArray` handle."""
+        for table in batch.node_tables():
+            for key, value in list(table.items()):
                 if isinstance(value, Tensor) and value.data_ptr() in self.arrays:
-                    store[key] = self.arrays[value.data_ptr()]
-        return data
+                    table[key] = self.arrays[value.data_ptr()]
+        return batch
 
 
 class BatchRing:
@@ -166,10 +167,10 @@ class BatchRing:
         with self._lock:
             self._free.append(int(slot.rsplit("s", 1)[1]))
 
-    def attach(self, data: Any, slot: str | None) -> Any:
-        """Replace every `ShmArray` of `data` by a tensor mapped from its slot (zero-copy)."""
+    def attach(self, batch: SampledBatch, slot: str | None) -> SampledBatch:
+        """Replace every `ShmArray` of `batch` by a tensor mapped from its slot (zero-copy)."""
         if slot is None:
-            return data
+            return batch
         held = [0]
 
         def drop() -> None:
@@ -177,8 +178,8 @@ class BatchRing:
             if held[0] == 0:
                 self.release(slot)
 
-        for store in data.node_stores:
-            for key, value in list(store.items()):
+        for table in batch.node_tables():
+            for key, value in list(table.items()):
                 if isinstance(value, ShmArray):
                     mm = _maps.get(value.path, value.end, create=False)
                     count = int(np.prod(value.shape))
@@ -186,10 +187,10 @@ class BatchRing:
                     arr = arr.reshape(value.shape)
                     held[0] += 1
                     weakref.finalize(arr, drop)
-                    store[key] = torch.from_numpy(arr)
+                    table[key] = torch.from_numpy(arr)
         if held[0] == 0:
             self.release(slot)
-        return data
+        return batch
 
 
 def remove_own() -> None:

@@ -73,7 +73,7 @@ def run_sampler(
     shm.remove_orphans()
     fs, gs = server.load_stores(partition_root, ctx.partition_idx)
     for (group, name), tensor in (put or {}).items():
-        fs.put_tensor(tensor, group_name=group, attr_name=name)
+        fs.put_attr(tensor, group, name)
     server.register(fs, gs, rpc.RPCRouter.for_context(ctx))
     stop, failed = server._stop, threading.Event()  # `stop` is set by the "stop" endpoint
     rpc.init_rpc(ctx, master_addr, rpc_port, timeout_s=rpc_timeout_s, init_timeout_s=init_timeout_s)

@@ -90,13 +90,13 @@ def check_memory(spec: PartitionSpec, available: int | None = None) -> None:
 
 # ----------------------------------------------------------------------------- per host
 # What each host holds once its processes run (the pre-spawn check: `check_host_memory`). A
-# process's fixed cost is its interpreter and imports (torch, numba, PyG; a trainer also
-# MLflow, Hydra, the model): 310-340 MB PSS for an idle sampler of a 2-node job, 300-310 MB for
-# its imports alone (docs/benchmarks.md, issue 38), more for a trainer; the launcher of an
-# env-mode host runs beside them. Rounded down: the check refuses only jobs that cannot fit, it
-# is not a tight bound.
+# process's fixed cost is its interpreter, imports and compiled kernels (torch, numba; a
+# trainer also PyG, MLflow, Hydra, the model): 195-219 MiB PSS for an idle sampler of a 2-node
+# job, 176-191 MiB for its imports alone (docs/benchmarks.md, "An idle sampler without PyG"),
+# more for a trainer; the launcher of an env-mode host runs beside them. Rounded down: the check
+# refuses only jobs that cannot fit, it is not a tight bound.
 TRAINER_FIXED_BYTES = 400 << 20
-SAMPLER_FIXED_BYTES = 300 << 20
+SAMPLER_FIXED_BYTES = 190 << 20
 LAUNCHER_FIXED_BYTES = 200 << 20
 EDGE_BYTES = 24  # a part's in-edges: row, col and edge id (int64 each)
 HALO_BYTES = 16  # per halo node: its id in the part and in the routing tables

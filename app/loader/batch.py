@@ -1,5 +1,8 @@
 """SamplerOutput → mini-batch `Data` / `HeteroData` in PyG NeighborLoader's layout.
 
+`assemble` builds the distributed sampler's batch record (`app.sampler.output.SampledBatch`)
+on the trainer: sampler processes send plain tensors and never import PyG.
+
 `to_data` / `to_hetero_data` take node and edge attributes ALREADY gathered for the sampled
 nodes/edges, so the distributed loader can call them with features fetched over RPC; `LocalGather`
 gathers them from an in-memory graph. Layout (per node/edge type for hetero): node attributes
@@ -11,7 +14,7 @@ src_index / dst_pos_index / dst_neg_index / seed_time (triplet).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TypeAlias
 
 import torch
 from torch import Tensor
@@ -20,10 +23,11 @@ from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 
 from app.loader.device_features import DeviceFeatures
 from app.sampler.buffers import BufferPool
+from app.sampler.output import Attrs, LinkMode, Sample, SampledBatch
 from app.sampler.stages import stage
 
-LinkMode = Literal["binary", "triplet"] | None
-Attrs = dict[str, Tensor]
+Output: TypeAlias = "SamplerOutput | Sample"  # the local sampler's, or the distributed one's
+HeteroOutput: TypeAlias = "HeteroSamplerOutput | Sample"
 
 
 def _node_meta(store, metadata, num_seeds: int) -> None:
@@ -69,7 +73,7 @@ def edge_index(row: Tensor, col: Tensor) -> Tensor:
 
 
 def to_data(
-    out: SamplerOutput,
+    out: Output,
     x: Tensor | None = None,
     y: Tensor | None = None,
     *,
@@ -106,7 +110,7 @@ def to_data(
 
 
 def to_hetero_data(
-    out: HeteroSamplerOutput,
+    out: HeteroOutput,
     x: dict[str, Tensor] | None = None,
     y: dict[str, Tensor] | None = None,
     *,
@@ -148,6 +152,23 @@ def to_hetero_data(
     else:
         _link_meta(data, out.metadata, link, input_type)
     return data
+
+
+def assemble(batch: SampledBatch) -> Data | HeteroData:
+    """The mini-batch of a distributed sampler's record (`DistNeighborSampler.sample_batch` /
+    `sample_edges`), in the local loaders' layout."""
+    with stage("assembly"):
+        if batch.hetero:
+            return to_hetero_data(
+                batch.sample,
+                node_attrs=batch.node_attrs,
+                edge_attrs=batch.edge_attrs,
+                input_type=batch.input_type,
+                link=batch.link,
+            )
+        return to_data(
+            batch.sample, node_attrs=batch.node_attrs, edge_attrs=batch.edge_attrs, link=batch.link
+        )
 
 
 class LocalGather:

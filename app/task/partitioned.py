@@ -22,9 +22,9 @@ from app.config import Config
 from app.dataset.link_split import HETERO_LINK_TYPE
 from app.distributed.context import DistContext
 from app.distributed.engine import BatchEngine, Schedule
-from app.distributed.feature_store import LocalFeatureStore
+from app.distributed.feature_store import FeatureStoreCore
 from app.distributed.feeding import feeding_for
-from app.distributed.graph_store import LocalGraphStore
+from app.distributed.graph_store import GraphStoreCore
 from app.distributed.group import trainer_router
 from app.distributed.inputs import Inputs, LinkInputs, NodeInputs
 from app.distributed.sampler import DistNeighborSampler, SamplerOptions
@@ -54,8 +54,8 @@ class PartitionSource(GraphSource):
         # checksums: checked by the launcher already, so this is one stat per file (the marker)
         self.part = load_partition(runtime.partition_root, runtime.node_rank, runtime.num_nodes)
         self.stores = (
-            LocalFeatureStore.from_partition_data(self.part),
-            LocalGraphStore.from_partition_data(self.part),
+            FeatureStoreCore.from_partition_data(self.part),
+            GraphStoreCore.from_partition_data(self.part),
         )
         self.ctx = DistContext.from_runtime(runtime)
         # who serves each partition; the trainer joins RPC before any loader is built

@@ -12,7 +12,7 @@ from app.config import ConfigError, DatasetConfig
 from app.dataset import dataset_fingerprint, load_dataset
 from app.dataset.chunked import ChunkedGraph
 from app.dataset.synthetic_stream import generate_products_chunked
-from app.distributed.feature_store import LocalFeatureStore
+from app.distributed import LocalFeatureStore
 from app.model.gnn import SampledGNN
 from app.partition.reader import load_partition
 from app.partition.stream import stream_partition

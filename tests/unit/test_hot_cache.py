@@ -4,8 +4,7 @@ highest-degree remote nodes the halo cache does not hold, as many as fit its byt
 import numpy as np
 import torch
 
-from app.distributed.feature_store import LocalFeatureStore
-from app.distributed.graph_store import LocalGraphStore
+from app.distributed import LocalFeatureStore, LocalGraphStore
 from app.distributed.hot_cache import choose, hot_nodes
 
 

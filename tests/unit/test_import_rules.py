@@ -61,6 +61,8 @@ PYG_IMPORTERS = {
     "distributed/dist_neighbor_loader.py",
     "distributed/dist_neighbor_sampler.py",
     "distributed/event_loop.py",
+    "distributed/local_feature_store.py",
+    "distributed/local_graph_store.py",
     "distributed/utils.py",
 }
 

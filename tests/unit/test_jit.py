@@ -94,7 +94,7 @@ def test_warm_marker_names_sources_and_cpu(tmp_path, monkeypatch):
 
 FORKED_AFTER_PRELOAD = """
 import json, os, sys
-from app.distributed.graph_store import LocalGraphStore
+from app.distributed import LocalGraphStore
 before = "numba.np.arraymath" in sys.modules
 LocalGraphStore.from_partition(sys.argv[1], 0)  # starts the preload
 r, w = os.pipe()

@@ -124,6 +124,30 @@ def test_feature_store_helpers(parts):
     assert fs.edge_feat_pb.numel() == 300
 
 
+def test_pyg_stores_over_the_cores_a_sampler_process_loads(parts):
+    """PyG's `from_partition` gives PyG's store types (its API and loaders take them); a
+    sampler process loads the PyG-free cores (`server.load_stores`), which read the same."""
+    from torch_geometric.data import EdgeAttr, EdgeLayout, FeatureStore, GraphStore
+
+    from app.distributed.server import load_stores
+
+    gs = pyg_dist.LocalGraphStore.from_partition(parts[0], 0)
+    fs = pyg_dist.LocalFeatureStore.from_partition(parts[0], 0)
+    assert isinstance(gs, GraphStore) and isinstance(fs, FeatureStore)
+    (attr,) = gs.get_all_edge_attrs()
+    assert isinstance(attr, EdgeAttr) and attr.layout == EdgeLayout.COO and attr.is_sorted
+    core_fs, core_gs = load_stores(parts[0], 0)
+    assert not isinstance(core_gs, GraphStore) and not isinstance(core_fs, FeatureStore)
+    for key in ("colptr", "row", "edge_id"):
+        assert torch.equal(core_gs.csc()[key], gs.csc()[key])
+    x = fs.get_tensor(group_name=None, attr_name="x")
+    assert torch.equal(core_fs.attr(None, "x"), x)
+    core_fs.put_attr(x + 1, None, "x2")  # what a sampler is given of the script's put_tensor
+    assert torch.equal(core_fs.tensors_put()[(None, "x2")], x + 1)
+    with pytest.raises(KeyError, match="no attribute 'z'"):
+        core_fs.attr(None, "z")
+
+
 @pytest.mark.dist
 def test_loaders_own_rpc_until_the_last_is_gone(tmp_path):
     """A hand-launched (PyG-context) loader joins RPC itself; closing one of two loaders keeps

@@ -27,13 +27,15 @@ from app.config import SamplerConfig
 from app.distributed import rpc, server, workers
 from app.distributed.context import DistContext
 from app.distributed.engine import BatchEngine
-from app.distributed.feature_store import LocalFeatureStore
 from app.distributed.feeding import SamplerProcesses, feeding_for
-from app.distributed.graph_store import LocalGraphStore
+from app.distributed.graph_store import GraphStoreCore
 from app.distributed.group import DEFAULT_RPC_THREADS, trainer_router
 from app.distributed.inputs import EdgeType, Inputs, LinkInputs, NodeInputs
+from app.distributed.pyg.feature_store import LocalFeatureStore
+from app.distributed.pyg.graph_store import LocalGraphStore
 from app.distributed.pyg.sampler import DistNeighborSampler
 from app.loader.epochs import EpochBatching
+from app.partition.reader import load_partition
 
 Stores = tuple[LocalFeatureStore, LocalGraphStore]
 log = logging.getLogger("distgnn")
@@ -254,8 +256,10 @@ def _set_threads(feeding: SamplerProcesses, num_threads: int) -> None:
 
 def _stores(data: Stores | str | Path, ctx: DistContext | None) -> Stores:
     if isinstance(data, (str, Path)):
-        pid = ctx.partition_idx if ctx is not None else 0
-        return server.load_stores(str(data), pid)
+        part = load_partition(data, ctx.partition_idx if ctx is not None else 0)
+        return LocalFeatureStore.from_partition_data(part), LocalGraphStore.from_partition_data(
+            part
+        )
     if not (isinstance(data, tuple) and len(data) == 2):
         raise ValueError("data must be (LocalFeatureStore, LocalGraphStore) or a partition root")
     return data
@@ -464,7 +468,7 @@ class DistLinkNeighborLoader(DistLoader):
         )
 
 
-def _links(gs: LocalGraphStore, edge_label_index: Any) -> tuple[EdgeType | None, Any]:
+def _links(gs: GraphStoreCore, edge_label_index: Any) -> tuple[EdgeType | None, Any]:
     """(edge type or None, [2, E] links) from PyG's forms; refuses a mismatch with the graph."""
     hetero = gs.is_hetero
     if isinstance(edge_label_index, tuple) and len(edge_label_index) == 2:

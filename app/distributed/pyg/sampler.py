@@ -35,11 +35,13 @@ from torch_geometric.sampler.neighbor_sampler import edge_sample, node_sample
 from app.distributed import endpoints, rpc
 from app.distributed import server as _server  # noqa: F401  (serves the "hop" endpoint)
 from app.distributed.context import DistContext
-from app.distributed.feature_store import LocalFeatureStore
-from app.distributed.graph_store import LocalGraphStore
+from app.distributed.graph_store import GraphStoreCore
 from app.distributed.pyg.event_loop import ConcurrentEventLoop
+from app.distributed.pyg.feature_store import LocalFeatureStore
+from app.distributed.pyg.graph_store import LocalGraphStore
 from app.distributed.sampler import DistNeighborSampler as _Sampler
 from app.distributed.sampler import SamplerOptions
+from app.sampler.output import Sample
 
 __all__ = ["DistNeighborSampler"]
 
@@ -169,7 +171,13 @@ class DistNeighborSampler(_Sampler):
         temporal sample uses each seed's own time (PyG's and pyg-lib's rule)."""
         if self.temporal and seed_time is None and not self.edge_level:
             seed_time = _own_time(self.graph_store, seed)
-        return self.sample_from_nodes(seed, None, 0, seed_time)
+        return _pyg_output(self.sample_from_nodes(seed, None, 0, seed_time))
+
+
+def _pyg_output(out: Sample) -> SamplerOutput | HeteroSamplerOutput:
+    """Our sampler's `Sample` as PyG's `SamplerOutput` / `HeteroSamplerOutput` (same fields)."""
+    cls = HeteroSamplerOutput if isinstance(out.node, dict) else SamplerOutput
+    return cls(**{f.name: getattr(out, f.name) for f in fields(Sample)})
 
 
 async def _off_loop(fn: Callable, *args: Any) -> Any:
@@ -177,7 +185,7 @@ async def _off_loop(fn: Callable, *args: Any) -> Any:
     return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
 
-def _own_time(gs: LocalGraphStore, seed: Tensor | dict[str, Tensor]) -> Any:
+def _own_time(gs: GraphStoreCore, seed: Tensor | dict[str, Tensor]) -> Any:
     """Each seed's own node time (by global id)."""
     if isinstance(seed, dict):
         return {t: gs.node_time(t)[ids] for t, ids in seed.items()}
