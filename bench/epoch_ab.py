@@ -8,14 +8,18 @@ its own data and partition (written once per tree, untimed): 2 nodes on 127.0.0.
 (`cluster=local`), the real GraphSAGE 3x256 step, fan-out [15, 10, 5], batch 1024, sampling on
 threads inside each trainer, window 2 (`sampler.concurrency`), two epochs capped at `steps`
 batches. Rounds alternate the order (old, new, then new, old, ...), so both trees see the same
-load. Per run: the second epoch's time and data wait (`result.json`) and the load average
-beside it; recorded: each tree's median and new ÷ old.
+load. Per run: the second epoch's time and data wait (`result.json`), the job's CPU time (every
+process of it, start-up and evaluation included: what a loaded machine changes least) and the
+load average beside it; recorded: each tree's median, and new ÷ old as the median of the rounds'
+own ratios (a round's two runs sit next to each other, so a load that drifts during the sitting
+weighs on both).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -40,14 +44,26 @@ def job(tree: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
 
 
+def children_cpu_s() -> float:
+    use = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return use.ru_utime + use.ru_stime
+
+
 def run(tree: Path, out: Path, name: str, num_nodes: int, steps: int) -> dict[str, float]:
-    """One reference job of `tree`; its last (second) epoch's metrics and the load beside."""
+    """One reference job of `tree`; its last (second) epoch's metrics, the job's CPU time and
+    the load beside."""
     args = [*overrides(out, num_nodes, steps, HOSTS), f"hydra.run.dir={out / name}"]
+    cpu = children_cpu_s()
     proc = job(tree, args)
     if proc.returncode:
         raise SystemExit(f"{name} ({tree}) failed ({proc.returncode}): {proc.stderr[-2000:]}")
     res = json.loads((out / name / "result.json").read_text())
-    return {**res, "load": os.getloadavg()[0]}
+    return {**res, "job_cpu_s": children_cpu_s() - cpu, "load": os.getloadavg()[0]}
+
+
+def paired_ratio(old: list[float], new: list[float]) -> float:
+    """The median over rounds of new ÷ old (the i-th runs of each tree share round i)."""
+    return statistics.median(n / o for o, n in zip(old, new, strict=True) if o)
 
 
 def main(old: Path, new: Path, num_nodes: int, steps: int, rounds: int) -> None:
@@ -63,12 +79,13 @@ def main(old: Path, new: Path, num_nodes: int, steps: int, rounds: int) -> None:
             res = run(trees[k], outs[k], f"{k}-{i}", num_nodes, steps)
             got[k].append(res)
             print(f"run {i} {k}: epoch {res['epoch_time_s']:.2f} s, data wait "
-                  f"{res['data_wait_frac']:.3f}, load {res['load']:.1f}", flush=True)  # fmt: skip
-    for key, unit in (("epoch_time_s", "s"), ("data_wait_frac", "fraction")):
-        med = {k: statistics.median(r[key] for r in runs) for k, runs in got.items()}
-        record(BENCH, f"{key}_old", med["old"], unit)
-        ratio = med["new"] / med["old"] if med["old"] else None
-        record(BENCH, f"{key}_new", med["new"], unit, "old", ratio)
+                  f"{res['data_wait_frac']:.3f}, job CPU {res['job_cpu_s']:.1f} s, "
+                  f"load {res['load']:.1f}", flush=True)  # fmt: skip
+    for key, unit in (("epoch_time_s", "s"), ("data_wait_frac", "fraction"), ("job_cpu_s", "s")):
+        old, new = ([r[key] for r in got[k]] for k in ("old", "new"))
+        record(BENCH, f"{key}_old", statistics.median(old), unit)
+        ratio = paired_ratio(old, new) if any(old) else None
+        record(BENCH, f"{key}_new", statistics.median(new), unit, "old, median of rounds", ratio)
 
 
 if __name__ == "__main__":
