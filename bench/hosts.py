@@ -34,7 +34,11 @@ remote features, hop requests (ids and replies), gradients (the model's paramete
 a ring all-reduce's 2(H-1)/H, computed) and framing (the interface counters minus the three).
 
     python -m bench.hosts [num_nodes] [steps] [hosts,...] [rates,...] [--step-s S]
-        [--gpu-step-ms MS] [--depths 2,4]
+        [--gpu-step-ms MS] [--depths 2,4] [--feature-dtype float16] [--feature-wire-dtype ...]
+        [--hot-cache-bytes B] [--ddp-comm-hook fp16]
+
+`--feature-dtype float16` partitions and trains a float16 store (`dataset.feature_dtype`):
+rows on the wire and in the hot cache at 2 bytes per feature, without a conversion.
 
 Needs root and network namespaces; elsewhere it prints why and records nothing.
 """
@@ -82,10 +86,12 @@ def app_cmd(args: list[str]) -> list[str]:
     return [sys.executable, "-m", "app", *args]
 
 
-def run_local(out: Path, num_nodes: int, steps: int, hosts: int) -> dict[str, float]:
+def run_local(
+    out: Path, num_nodes: int, steps: int, hosts: int, extra: tuple = ()
+) -> dict[str, float]:
     """The job on 127.0.0.1 (`cluster=local`): the reference."""
     job = out / f"local-{hosts}"
-    args = [*overrides(out, num_nodes, steps, hosts), f"hydra.run.dir={job}"]
+    args = [*overrides(out, num_nodes, steps, hosts, extra=extra), f"hydra.run.dir={job}"]
     subprocess.run(app_cmd(args), cwd=REPO, check=True, capture_output=True)
     return json.loads((job / "result.json").read_text())
 
@@ -203,8 +209,10 @@ def report_gpuspeed(
 
 
 def variant_tag(opts: argparse.Namespace) -> str:
-    """The records' suffix naming what differs from the defaults (wire dtype, caches, hook)."""
-    tag = "" if opts.feature_wire_dtype == "store" else f"_wire{opts.feature_wire_dtype}"
+    """The records' suffix naming what differs from the defaults (store and wire dtypes,
+    caches, hook)."""
+    tag = "" if opts.feature_dtype == "float32" else "_store16"
+    tag += "" if opts.feature_wire_dtype == "store" else f"_wire{opts.feature_wire_dtype}"
     tag += f"_hot{opts.hot_cache_bytes}" if opts.hot_cache_bytes else ""
     return tag + ("" if opts.ddp_comm_hook == "none" else f"_grad{opts.ddp_comm_hook}")
 
@@ -245,6 +253,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--depths", default="2,4", help="gpuspeed: sampler.concurrency values")
     p.add_argument("--feature-wire-dtype", default="store", choices=("store", "float16", "bfloat16"),
                    help="gpuspeed: sampler.feature_wire_dtype (records tagged _wire<dtype>)")  # fmt: skip
+    p.add_argument("--feature-dtype", default="float32", choices=("float32", "float16"),
+                   help="dataset.feature_dtype of every job (gpuspeed records tagged _store16)")  # fmt: skip
     p.add_argument("--hot-cache-bytes", type=int, default=0,
                    help="gpuspeed: sampler.hot_cache_bytes (records tagged _hot<bytes>)")  # fmt: skip
     p.add_argument("--ddp-comm-hook", default="none", choices=("none", "fp16"),
@@ -276,8 +286,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"bench.hosts skipped: {err}")
         return
     out = Path(os.environ.get("DISTGNN_BENCH_HOSTS_DIR") or tempfile.mkdtemp(prefix="bench-hosts-"))
+    store = (f"dataset.feature_dtype={opts.feature_dtype}",)
     for hosts in opts.hosts:
-        subprocess.run(app_cmd(["task=partition", *overrides(out, num_nodes, steps, hosts)]),
+        subprocess.run(app_cmd(["task=partition", *overrides(out, num_nodes, steps, hosts, extra=store)]),
                        cwd=REPO, check=True, capture_output=True)  # fmt: skip
         tb = Testbed(hosts=hosts, prefix="dgbench")
         try:
@@ -285,7 +296,7 @@ def main(argv: list[str] | None = None) -> None:
                 today(tb, out, opts, hosts, shaped)
             if GPUSPEED in rates:
                 jobs = job_overrides(out, num_nodes, steps, hosts, 0)
-                base = [*[a for a in jobs if not a.startswith("train.epochs=")], *MODEL]
+                base = [*[a for a in jobs if not a.startswith("train.epochs=")], *MODEL, *store]
                 gpuspeed(tb, out, base, hosts, opts)
         finally:
             tb.down()
@@ -294,12 +305,14 @@ def main(argv: list[str] | None = None) -> None:
 def today(tb: Testbed, out: Path, opts: argparse.Namespace, hosts: int, rates: list[str]) -> None:
     """Today's records: the loopback reference, then the job at each of `rates`."""
     num_nodes, steps = opts.num_nodes, opts.steps
-    ref = run_local(out, num_nodes, steps, hosts)
+    store = (f"dataset.feature_dtype={opts.feature_dtype}",)
+    ref = run_local(out, num_nodes, steps, hosts, store)
     record(BENCH, f"epoch_time_{hosts}nodes_loopback_s", ref["epoch_time_s"], "s")
     for rate in rates:
         tb.up(rate)
         start = time.perf_counter()
-        res = run_hosts(tb, out, overrides(out, num_nodes, steps, hosts), f"{hosts}-{rate}")
+        job_args = overrides(out, num_nodes, steps, hosts, extra=store)
+        res = run_hosts(tb, out, job_args, f"{hosts}-{rate}")
         print(f"  {hosts} hosts at {rate}: job {time.perf_counter() - start:.0f} s")
         report(hosts, rate, res, ref)
         if rate == rates[0]:

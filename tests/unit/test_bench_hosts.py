@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from app.config import ConfigError, ModelConfig
 from bench.gpu_step import STEP_ENV, build
-from bench.hosts import gpuspeed_rate, job_bytes, parse_args
+from bench.hosts import gpuspeed_rate, job_bytes, parse_args, variant_tag
 
 
 def test_the_fixed_step_sleeps_in_training_and_all_reduces_every_gradient(monkeypatch):
@@ -58,6 +58,13 @@ def test_depths_and_times_are_checked_in_one_line():
     with pytest.raises(SystemExit):
         parse_args(["100", "5", "2", "gpuspeed", "--depths", "0"])
     assert parse_args(["100", "5", "2,4", "gpuspeed", "--depths", "2,4"]).depths == [2, 4]
+
+
+def test_records_name_the_store_dtype_and_the_cuts():
+    assert variant_tag(parse_args(["100", "5", "4", "gpuspeed"])) == ""
+    opts = parse_args(["100", "5", "4", "gpuspeed", "--feature-dtype", "float16",
+                       "--hot-cache-bytes", "64000000", "--ddp-comm-hook", "fp16"])  # fmt: skip
+    assert variant_tag(opts) == "_store16_hot64000000_gradfp16"
 
 
 def test_model_name_may_name_a_builder(compose):
