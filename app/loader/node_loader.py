@@ -9,8 +9,8 @@ of `app.loader.epochs.EpochBatching`, which the distributed loaders hold too.
 the GIL), still yielding them in order: what feeds a GPU trainer while it computes. With the
 torch sampler each thread builds on a CUDA stream of its own (`SideStreams`), so the sampler's
 read-backs do not wait for the step. A batch depends on its seed only, so the batches are the
-same whatever `threads` is. `features` serve
-node attributes from a device copy or cache (`DeviceFeatures`; its hit rate is logged per epoch).
+same whatever `threads` is. `features` serve node attributes from a device copy or cache
+(`DeviceFeatures`; its hit rate is logged per epoch).
 """
 
 from __future__ import annotations
