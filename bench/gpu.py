@@ -270,18 +270,21 @@ def _jobs(scale: str, name: str, extra: list[str], nodes: int, epochs: int, thre
                       f"{name}-gpu-sampler", nodes, epochs)  # fmt: skip
     cpu_fed = run_job([*extra, "sampler.device=cpu", f"loader.num_workers={threads}"],
                       f"{name}-cpu-sampler", nodes, epochs)  # fmt: skip
-    for key, value in (gpu_fed or {}).items():
-        ref, unit = (cpu_fed or {}).get(key), UNITS.get(key, "")
-        ratio = value / ref if unit and ref else None
-        against = None if ref is None else f"cpu sampler {ref:.4g}"
-        record(BENCH, f"{scale}_{name}_gpu_sampler_{key}", value, unit, against, ratio)
-    for key, value in (cpu_fed or {}).items():
-        record(BENCH, f"{scale}_{name}_cpu_sampler_{key}", value, UNITS.get(key, ""))
-    for key, value in (inline or {}).items():
-        ref, unit = (gpu_fed or {}).get(key), UNITS.get(key, "")
-        against = None if ref is None else f"side streams {ref:.4g}"
-        ratio = value / ref if unit and ref else None
-        record(BENCH, f"{scale}_{name}_gpu_sampler_inline_{key}", value, unit, against, ratio)
+    _record_job(f"{scale}_{name}_gpu_sampler", gpu_fed, cpu_fed, "cpu sampler")
+    _record_job(f"{scale}_{name}_cpu_sampler", cpu_fed, None, "")
+    _record_job(f"{scale}_{name}_gpu_sampler_inline", inline, gpu_fed, "side streams")
+
+
+def _record_job(
+    prefix: str, figures: dict[str, float] | None, ref: dict[str, float] | None, against: str
+) -> None:
+    """One record per figure of a job (none if it failed), with its ratio to the same figure
+    of the `ref` job (`against` names it) where the figure has a unit."""
+    for key, value in (figures or {}).items():
+        base, unit = (ref or {}).get(key), UNITS.get(key, "")
+        ratio = value / base if unit and base else None
+        compared = None if base is None else f"{against} {base:.4g}"
+        record(BENCH, f"{prefix}_{key}", value, unit, compared, ratio)
 
 
 def main(argv: list[str] | None = None) -> None:
