@@ -13,10 +13,12 @@ the device when an input is on it (`SYNCING` below; `sort`, `cumsum`, `scatter_r
 host (`.cpu()`, `.tolist()`, `.numpy()`, `.to(<the host>)`), which on CPU tensors are no ops.
 What is "on the device": a CUDA tensor; on the CPU, a tensor marked with `on_device`, moved
 there with `.to(device)` or computed by an op from one (the taint follows every op's outputs,
-in-place ones included). Limits of the CPU stand-in: a factory's output (`torch.arange(n,
-device=...)`) is on the device only once an op mixes it with a device tensor, and `.to("cpu")`
-of a device tensor counts only when the device is not the CPU (on the CPU it is the no-op a
-sampler's `.to(device)` is).
+in-place ones included). On the CPU `.to(device)` of a host tensor returns it as it is; the
+counter returns an alias marked as on the device instead, so the host's tensor stays on the
+host. Limits of the CPU stand-in: a factory's output (`torch.arange(n, device=...)`) is on the
+device only once an op mixes it with a device tensor, and `.to("cpu")` of a device tensor
+counts only when the device is not the CPU (on the CPU it is the no-op a sampler's
+`.to(device)` is).
 
 Run as a module it prints the read-backs per batch of each stage of a GPU-sampled training
 step, run on the CPU through the torch path (`DISTGNN_KERNELS=torch`): sampling, feature gather
@@ -102,7 +104,9 @@ class _Copies(TorchFunctionMode):
                 owner.add(f"{name}()")
         elif isinstance(out, Tensor):
             if out.device == owner.device:
-                owner.on_device(out)  # moved there, or already there
+                if out is src and not owner.held(src):  # the CPU stand-in's move: an alias
+                    out = src.view_as(src)  # moves, and the host's tensor stays on the host
+                owner.on_device(out)
             elif owner.held(src) and owner.device.type != "cpu" and out.device.type == "cpu":
                 owner.add("to(cpu)")
         return out

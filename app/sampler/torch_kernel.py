@@ -17,6 +17,13 @@ Relabelling is the numba kernel's too: seeds first (every seed its own local id,
 equal to a duplicated seed mapping to its first copy), then each hop's new nodes in order of
 first appearance, through a dense map int64[N] of -1 that is reset after each sample.
 
+On a GPU each size the host reads back (an output's length) waits for the stream to drain, so
+the host reads once per hop and once at the end (`bench.readbacks` counts them): a hop's count
+of new nodes comes with the next hop's degree sum and kept edge count, computed from the
+flagged entries before the frontier is compacted; relabelling scatters codes into the map
+instead of calling `torch.unique`, and compaction gathers or scatters to known sizes instead
+of indexing with bool masks.
+
 Randomness comes from a torch generator per hop seeded with `hop_seed(seed, hop)`, so the same
 seed gives the same sample on the same device, but not the numba kernel's sample (another
 generator): the two agree in distribution (tests/unit/test_torch_sampler.py).
@@ -78,21 +85,27 @@ def _generator(device: torch.device, seed: int) -> torch.Generator:
     return gen
 
 
-def sample_hop(csc: TorchCSC, frontier: Tensor, k: int, seed: int) -> tuple[Tensor, Tensor, Tensor]:
+def sample_hop(
+    csc: TorchCSC, frontier: Tensor, k: int, seed: int, sizes: tuple[int, int] | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
     """Up to k in-neighbours per frontier node without replacement: `(nbrs, epos, counts)`,
-    grouped by frontier node in frontier order (k < 0 takes all); `seed` is the hop's seed."""
+    grouped by frontier node in frontier order (k < 0 takes all); `seed` is the hop's seed.
+
+    `sizes` is `(sum of the frontier's degrees, edges kept)` when the caller read them already
+    (`neighbor_sample` reads them with the previous hop's count); else they are read here, the
+    hop's one read-back."""
     device = csc.device
     start = csc.colptr[frontier]
     deg = csc.colptr[frontier + 1] - start
     take = deg if k < 0 else deg.clamp(max=k)
-    total = int(deg.sum())
+    total, kept = sizes if sizes is not None else _read(deg.sum(), take.sum())
     if total == 0 or k == 0:
         empty = torch.empty(0, dtype=torch.int64, device=device)
         return empty, empty, torch.zeros_like(deg)
-    seg = torch.repeat_interleave(
-        torch.arange(frontier.numel(), device=device), deg, output_size=total
-    )
-    pos = torch.arange(total, device=device) - (torch.cumsum(deg, 0) - deg)[seg]
+    frontier_ids = torch.arange(frontier.numel(), device=device)
+    seg = torch.repeat_interleave(frontier_ids, deg, output_size=total)
+    first = torch.cumsum(deg, 0) - deg  # each segment's first entry
+    pos = torch.arange(total, device=device) - first[seg]
     epos = start[seg] + pos
     if k > 0:
         big = (deg > k)[seg]
@@ -101,21 +114,59 @@ def sample_hop(csc: TorchCSC, frontier: Tensor, k: int, seed: int) -> tuple[Tens
         )
         keys = (seg << _KEY_BITS) | torch.where(big, rand, pos)
         epos = epos[torch.sort(keys).indices]  # segments stay where they were; only order moves
-        keep = pos < take[seg]
-        epos = epos[keep]
+        # the first take[s] entries of each segment s, gathered (no mask: its size is known)
+        kept_seg = torch.repeat_interleave(frontier_ids, take, output_size=kept)
+        taken_before = torch.cumsum(take, 0) - take
+        epos = epos[first[kept_seg] + torch.arange(kept, device=device) - taken_before[kept_seg]]
     return csc.row[epos], epos, take
 
 
-def _first_seen(values: Tensor) -> tuple[Tensor, Tensor]:
-    """(distinct values in order of first appearance, each entry's index into them)."""
-    uniq, inv = torch.unique(values, return_inverse=True)
-    n = values.numel()
-    first = torch.full((uniq.numel(),), n, dtype=torch.int64, device=values.device)
-    first.scatter_reduce_(0, inv, torch.arange(n, device=values.device), "amin")
-    order = torch.argsort(first)
-    rank = torch.empty_like(order)
-    rank[order] = torch.arange(order.numel(), device=values.device)
-    return uniq[order], rank[inv]
+def _read(*values: Tensor) -> list[int]:
+    """Scalars of the device as host ints, in one read-back."""
+    return [int(v) for v in torch.stack(values).tolist()]
+
+
+def _next_sizes(csc: TorchCSC, nodes: Tensor, k: int, flag: Tensor | None = None) -> list[Tensor]:
+    """[sum of degrees, edges a hop of fan-out k keeps] over the entries of `nodes` that
+    `flag` marks (all if None): the next hop's sizes, before its frontier is compacted."""
+    deg = csc.colptr[nodes + 1] - csc.colptr[nodes]
+    if flag is not None:
+        deg = deg * flag
+    return [deg.sum(), (deg if k < 0 else deg.clamp(max=k)).sum()]
+
+
+def _relabel(scratch: Tensor, nbrs: Tensor, count: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Local ids of a hop's neighbours through the map `scratch` (-1: not sampled yet), each
+    new node numbered from `count` in order of first appearance; the map is updated.
+    Returns `(local ids, flag of each new node's first entry, its rank among them)`.
+
+    Without `torch.unique` (a read-back): every entry scatters a code into the map with amin,
+    a sampled node its own id (the map keeps it), a new node `position - m - 1` (< -1), so a
+    new node's slot ends with its first entry's code; an entry whose code is in the slot is
+    that first one."""
+    m = nbrs.numel()
+    local = scratch[nbrs]
+    unseen = local < 0
+    code = torch.arange(m, device=nbrs.device) - (m + 1)
+    scratch.scatter_reduce_(0, nbrs, torch.where(unseen, code, local), "amin", include_self=False)
+    slot = scratch[nbrs]
+    first = unseen & (slot == code)
+    rank = torch.cumsum(first, 0) - 1
+    local = torch.where(unseen, count + rank[(slot + m + 1).clamp(0, m - 1)], local)
+    scratch.scatter_(0, nbrs, local)
+    return local, first, rank
+
+
+def _pair(values: list[int]) -> tuple[int, int]:
+    return values[0], values[1]
+
+
+def _compact(values: Tensor, flag: Tensor, rank: Tensor, n: int) -> Tensor:
+    """`values[flag]` where `n` flags are set and `rank` is their running count - 1, without a
+    bool mask (whose size the host would read back): each flagged value scattered to its rank,
+    the rest to a spare slot dropped after."""
+    out = torch.empty(n + 1, dtype=values.dtype, device=values.device)
+    return out.scatter_(0, torch.where(flag, rank, n), values)[:n]
 
 
 def neighbor_sample(
@@ -125,34 +176,41 @@ def neighbor_sample(
     no time): `(node, row_local, col_local, edge_ids, num_sampled_nodes, num_sampled_edges)`.
 
     `scratch` is `csc.scratch()` (left as -1 on return); edge ids are original ids (`perm`).
+    The host reads sizes back once per hop and once at the end: each read takes a hop's new
+    node count together with the next hop's degree sum and kept edge count.
     """
     device = csc.device
     _check_seeds(seeds, csc.num_nodes)
     seeds = seeds.to(device=device, dtype=torch.int64)
     b = seeds.numel()
-    uniq, inv = torch.unique(seeds, return_inverse=True)
-    first = torch.full((uniq.numel(),), b, dtype=torch.int64, device=device)
-    scratch[uniq] = first.scatter_reduce_(0, inv, torch.arange(b, device=device), "amin")
+    # every seed its own local id; the map holds each distinct seed's first copy
+    scratch.scatter_reduce_(0, seeds, torch.arange(b, device=device), "amin", include_self=False)
     nodes, rows, cols, epos = [seeds], [], [], []
     nsn, nse = [b], []
     count, frontier, begin = b, seeds, 0
+    sizes = (0, 0)
+    if num_neighbors:
+        sizes = _pair(_read(*_next_sizes(csc, seeds, int(num_neighbors[0]))))
     for hop, k in enumerate(num_neighbors):
-        nbrs, ep, counts = sample_hop(csc, frontier, int(k), hop_seed(seed, hop))
+        nbrs, ep, counts = sample_hop(csc, frontier, int(k), hop_seed(seed, hop), sizes)
         frontier_ids = torch.arange(begin, count, device=device)
         cols.append(torch.repeat_interleave(frontier_ids, counts, output_size=nbrs.numel()))
-        local = scratch[nbrs]
-        unseen = local < 0
-        new, rank = _first_seen(nbrs[unseen])
-        local[unseen] = rank + count
-        scratch[new] = torch.arange(count, count + new.numel(), device=device)
+        local, first, rank = _relabel(scratch, nbrs, count)
+        if hop + 1 == len(num_neighbors):
+            (n_new,) = _read(first.sum())
+        else:
+            k_next = int(num_neighbors[hop + 1])
+            n_new, *next_sizes = _read(first.sum(), *_next_sizes(csc, nbrs, k_next, first))
+            sizes = _pair(next_sizes)
+        new = _compact(nbrs, first, rank, n_new)
         rows.append(local)
         epos.append(ep)
         nodes.append(new)
-        nsn.append(new.numel())
+        nsn.append(n_new)
         nse.append(nbrs.numel())
-        begin, count, frontier = count, count + new.numel(), new
+        begin, count, frontier = count, count + n_new, new
     node = torch.cat(nodes)
-    scratch[node] = -1
+    scratch.index_fill_(0, node, -1)
     row, col = _cat(rows, device), _cat(cols, device)
     return node, row, col, csc.perm[_cat(epos, device)], nsn, nse
 
@@ -164,7 +222,7 @@ def _check_seeds(seeds: Tensor, num_nodes: int) -> None:
     if seeds.dtype.is_floating_point or seeds.dtype == torch.bool:
         raise ValueError(f"seeds must hold integers (got dtype {seeds.dtype}); pass node indices")
     if seeds.numel():
-        low, high = int(seeds.min()), int(seeds.max())
+        low, high = _read(seeds.min(), seeds.max())
         if low < 0 or high >= num_nodes:
             raise ValueError(
                 f"seeds holds node ids in [{low}, {high}] but the CSC has {num_nodes} columns; "

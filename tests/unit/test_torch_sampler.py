@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from torch_geometric.data import Data
 from torch_geometric.sampler import NodeSamplerInput
 
 from app.config import KERNELS_ENV, Config, ConfigError, ModelConfig, validate
@@ -19,6 +20,7 @@ from app.sampler import torch_kernel
 from app.sampler.csc import to_csc
 from app.sampler.neighbor import NeighborSampler
 from app.task.node import node_step
+from bench.readbacks import ReadBacks
 from tests.helpers.samples import check_valid_sample, simple_graph
 
 CPU = torch.device("cpu")
@@ -44,6 +46,69 @@ def test_take_all_is_the_numba_sample_exactly(graph):
         for a, b in zip(ref[:4], got[:4], strict=True):
             assert np.array_equal(a, b.numpy())
         assert (ref[4], ref[5]) == (got[4], got[5])
+
+
+def mixed_graph(n: int = 1500, seed: int = 5) -> tuple[np.ndarray, np.ndarray]:
+    """(edge_index, in-degrees): degrees 0-4, 20 hubs of 100-600 in-edges, parallel edges and
+    self-loops, nodes 0-29 isolated."""
+    rng = np.random.default_rng(seed)
+    deg = rng.integers(0, 5, n)
+    deg[rng.choice(n, 20)] = rng.integers(100, 600, 20)
+    deg[:30] = 0
+    dst = np.repeat(np.arange(n), deg)
+    return np.stack([rng.integers(0, n, dst.size), dst]), deg
+
+
+def test_take_all_equals_numba_on_mixed_degrees_and_duplicated_seeds():
+    """Take-all hops (-1, a fan-out >= the largest degree) and empty ones (0) mixed, isolated
+    and hub nodes, parallel edges, duplicated seeds: the numba kernel's sample id for id."""
+    ei, deg = mixed_graph()
+    n, big = deg.size, int(deg.max())
+    colptr, row, perm = to_csc(ei, n)
+    csc = torch_kernel.TorchCSC.from_numpy(colptr, row, perm, CPU)
+    scratch = csc.scratch()
+    rng = np.random.default_rng(0)
+    for trial, fanouts in enumerate(([-1], [-1, -1], [0], [big, 0, -1], [-1, big], [0, -1], [])):
+        seeds = rng.integers(0, n, 40)
+        seeds = np.concatenate([np.arange(3), seeds, seeds[:15]])  # isolated and twice-drawn
+        ref = numba_kernel.neighbor_sample(colptr, row, seeds, fanouts, seed=trial, perm=perm)
+        got = torch_kernel.neighbor_sample(csc, torch.from_numpy(seeds), fanouts, trial, scratch)
+        for a, b in zip(ref[:4], got[:4], strict=True):
+            assert np.array_equal(a, b.numpy()), fanouts
+        assert (ref[4], ref[5]) == (got[4], got[5]) and bool((scratch == -1).all())
+
+
+def test_sample_is_valid_on_mixed_degrees():
+    ei, deg = mixed_graph()
+    ei = np.unique(ei, axis=1)  # no parallel edges: a neighbour drawn twice is then an error
+    data = Data(edge_index=torch.from_numpy(ei), num_nodes=deg.size)
+    csc = torch_kernel.TorchCSC.from_numpy(*to_csc(ei, deg.size), CPU)
+    seeds = torch.tensor([0, 40, 40, *np.flatnonzero(deg > 99)[:5], 41, 0])
+    for fanouts, seed in (([10, 5], 0), ([15, 10, 5], 1), ([3, 0, 2], 2), ([1, 1, 1, 1], 3)):
+        out = torch_kernel.neighbor_sample(csc, seeds, fanouts, seed, scratch := csc.scratch())
+        check_valid_sample(data, seeds, fanouts, out)
+        assert bool((scratch == -1).all())
+
+
+@pytest.mark.parametrize("fanouts", [[10, 5], [15, 10, 5], [-1, 0, 3]])
+def test_a_sample_reads_sizes_back_once_per_hop_and_once_at_the_end(graph, fanouts):
+    """On a GPU each read-back stalls the host; counted here on the CPU (`ReadBacks` marks the
+    CSC and the map as on the device): hops + 1 per sample, + 1 when the seeds are there too
+    (their range check)."""
+    _, _, csc = graph
+    scratch = csc.scratch()
+    seeds = torch.tensor([7, 9, 7, 300, 5, 123, 250, 9, 1, 2])
+    counter = ReadBacks(CPU)
+    counter.on_device(csc.colptr, csc.row, csc.perm, scratch)
+    with counter:
+        for seed in range(3):
+            torch_kernel.neighbor_sample(csc, seeds, fanouts, seed, scratch)
+    assert counter.counts == {"tolist()": 3 * (len(fanouts) + 1)}
+    device_seeds = seeds.clone()
+    counter.on_device(device_seeds)
+    with counter.stage() as found, counter:
+        torch_kernel.neighbor_sample(csc, device_seeds, fanouts, 0, scratch)
+    assert found == {"tolist()": len(fanouts) + 2}
 
 
 def test_sample_is_valid_in_the_numba_layout(graph):
