@@ -13,9 +13,9 @@ the device when an input is on it (`SYNCING` below; `sort`, `cumsum`, `scatter_r
 host (`.cpu()`, `.tolist()`, `.numpy()`, `.to(<the host>)`), which on CPU tensors are no ops.
 What is "on the device": a CUDA tensor; on the CPU, a tensor marked with `on_device`, moved
 there with `.to(device)` or computed by an op from one (the taint follows every op's outputs,
-in-place ones included). On the CPU `.to(device)` of a host tensor returns it as it is; the
-counter returns an alias marked as on the device instead, so the host's tensor stays on the
-host. Limits of the CPU stand-in: a factory's output (`torch.arange(n, device=...)`) is on the
+in-place ones included). On the CPU `.to(device)` of a host tensor and `.cpu()` of a device
+tensor return it as it is; the counter returns an alias instead, marked as on the device or
+as on the host, so each side's tensor stays where it was. Limits of the CPU stand-in: a factory's output (`torch.arange(n, device=...)`) is on the
 device only once an op mixes it with a device tensor, and `.to("cpu")` of a device tensor
 counts only when the device is not the CPU (on the CPU it is the no-op a sampler's
 `.to(device)` is).
@@ -102,6 +102,9 @@ class _Copies(TorchFunctionMode):
         if name in HOST_COPIES:
             if owner.held(src):
                 owner.add(f"{name}()")
+                if out is src:  # the CPU stand-in's copy to the host: an alias, on the host
+                    out = src.view_as(src)
+                    owner.off_device(out)
         elif isinstance(out, Tensor):
             if out.device == owner.device:
                 if out is src and not owner.held(src):  # the CPU stand-in's move: an alias
@@ -124,6 +127,9 @@ class ReadBacks:
         """Mark `tensors` as held on the device (a CSC, a feature cache, the model's weights)."""
         for t in tensors:
             self._held[t] = True
+
+    def off_device(self, t: Tensor) -> None:
+        self._held.pop(t, None)
 
     def held(self, t: Tensor) -> bool:
         return t.device.type == "cuda" or t in self._held

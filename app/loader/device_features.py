@@ -4,7 +4,8 @@ A GPU sampler's batches are built on the GPU, so their features should be there 
 whole attribute fits the byte budget (`train.gpu_feature_bytes`) it is copied to the device once
 and a batch is one `index_select` there. Otherwise the rows of the nodes a sampler reaches most
 (the highest degree: a node is drawn as a neighbour once per out-edge) are cached on the device
-and the rest gathered from host memory (pinned where CUDA exists, so the copy is asynchronous);
+and the rest gathered from host memory (pinned where CUDA exists, so the copy is asynchronous;
+the host reads the ids it gathers back in one copy, the gather's one wait for the device);
 hits and misses are counted on the device and read only when the hit rate is asked for; each
 sampling thread counts in its own tensor (threads build batches on streams of their own, and
 two streams adding to one tensor would lose counts).
@@ -74,14 +75,20 @@ class DeviceFeatures:
         slot = self.slot[index]
         hit = slot >= 0
         counts[0] += hit.sum()
-        out = torch.empty((index.numel(), *self.cache.shape[1:]), dtype=self.cache.dtype,
-                          device=self.device)  # fmt: skip
-        out[hit] = self.cache.index_select(0, slot[hit])
-        miss = (~hit).nonzero().view(-1)
-        rows = self.host.index_select(0, index[miss].cpu())  # the host's part: one sync
-        if self.device.type == "cuda":
-            rows = rows.pin_memory()
-        out[miss] = rows.to(self.device, non_blocking=True)
+        if self.cached_rows:  # every row from the cache, the misses' (row 0) replaced below
+            out = self.cache.index_select(0, slot.clamp(min=0))
+        else:
+            out = torch.empty((index.numel(), *self.cache.shape[1:]), dtype=self.cache.dtype,
+                              device=self.device)  # fmt: skip
+        # the host's part: the ids it gathers, read back whole (-1 for a hit) in one copy
+        wanted = torch.where(hit, -1, index).cpu()
+        miss = (wanted >= 0).nonzero().view(-1)  # on the host: no wait
+        if miss.numel():
+            rows = self.host.index_select(0, wanted[miss])
+            if self.device.type == "cuda":
+                rows = rows.pin_memory()
+            to = self.device
+            out.index_copy_(0, miss.to(to, non_blocking=True), rows.to(to, non_blocking=True))
         return out
 
     def hit_rate(self, reset: bool = True) -> float:

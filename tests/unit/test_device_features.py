@@ -11,6 +11,7 @@ import torch
 from app.config import KERNELS_ENV, Config, DatasetConfig, ModelConfig, validate
 from app.loader.device_features import DeviceFeatures, auto_budget
 from app.task.local import LocalSource
+from bench.readbacks import ReadBacks
 from tests.helpers.toy import toy_graph
 
 CPU = torch.device("cpu")
@@ -61,6 +62,28 @@ def test_no_budget_gathers_everything_from_the_host_and_keeps_the_dtype():
     assert rows.hit_rate() == 0.0
     labels = torch.arange(N) % 7
     assert torch.equal(DeviceFeatures(labels, CPU, 3 * 8, torch.arange(N))(idx), labels[idx])
+
+
+def test_a_gather_reads_back_once_from_a_partial_cache_and_never_from_a_whole_copy(x):
+    """On a GPU each read-back stalls the host (counted on the CPU by `ReadBacks`, the cache
+    and the ids marked as on the device): a partial cache reads back the ids it gathers from
+    the host, in one copy, whatever the mix of hits and misses; a whole copy reads nothing."""
+    degree = torch.arange(N)
+    partial = DeviceFeatures(x, CPU, 10 * row_bytes(x), degree)
+    whole = DeviceFeatures(x, CPU, N * row_bytes(x))
+    counter = ReadBacks(CPU)
+    counter.on_device(partial.cache, partial.slot, whole.cache)
+    for rows, idx, expected in (
+        (whole, torch.tensor([3, 99, 3]), {}),
+        (partial, torch.tensor([95, 5, 99, 0, 91, 5]), {"cpu()": 1}),  # hits and misses
+        (partial, torch.tensor([99, 98]), {"cpu()": 1}),  # all hits
+        (partial, torch.tensor([1, 2]), {"cpu()": 1}),  # all misses
+    ):
+        ids = idx.clone()
+        counter.on_device(ids)  # a GPU sampler's output
+        with counter.stage() as found, counter:
+            out = rows(ids)
+        assert found == expected and torch.equal(out, x[idx])
 
 
 def test_bad_budgets_are_refused(x):
