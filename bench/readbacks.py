@@ -10,7 +10,9 @@ blocks the host until the stream has drained, so the host cannot queue the next 
 It is two torch modes. A `TorchDispatchMode` sees every aten op and counts those that wait for
 the device when an input is on it (`SYNCING` below; `sort`, `cumsum`, `scatter_reduce`,
 `index_select`, `nonzero_static` do not wait); a `TorchFunctionMode` sees the copies to the
-host (`.cpu()`, `.tolist()`, `.numpy()`, `.to(<the host>)`), which on CPU tensors are no ops.
+host (`.cpu()`, `.tolist()`, `.numpy()`, `.to(<the host>)`), which on CPU tensors are no ops,
+and the blocking copies to the device (`.to(device)` without `non_blocking=True`: torch then
+synchronizes the stream after the copy, so the host waits as for a read-back).
 What is "on the device": a CUDA tensor; on the CPU, a tensor marked with `on_device`, moved
 there with `.to(device)` or computed by an op from one (the taint follows every op's outputs,
 in-place ones included). On the CPU `.to(device)` of a host tensor and `.cpu()` of a device
@@ -105,14 +107,32 @@ class _Copies(TorchFunctionMode):
                 if out is src:  # the CPU stand-in's copy to the host: an alias, on the host
                     out = src.view_as(src)
                     owner.off_device(out)
-        elif isinstance(out, Tensor):
+        elif isinstance(out, Tensor) and _moves(name, args, kwargs):
             if out.device == owner.device:
+                if not owner.held(src) and not _non_blocking(args, kwargs):
+                    owner.add(f"{name}(device)")  # a blocking copy there drains the stream
                 if out is src and not owner.held(src):  # the CPU stand-in's move: an alias
-                    out = src.view_as(src)  # moves, and the host's tensor stays on the host
-                owner.on_device(out)
+                    out = src.view_as(src)  # moves; its base, the host's tensor, stays there
+                    owner.on_device(out, with_base=False)
+                else:
+                    owner.on_device(out)
             elif owner.held(src) and owner.device.type != "cpu" and out.device.type == "cpu":
                 owner.add("to(cpu)")
         return out
+
+
+def _moves(name: str, args: tuple, kwargs: dict) -> bool:
+    """Whether a `Tensor.to(...)` / `.cuda(...)` call names a device (not a dtype alone)."""
+    if name == "cuda" or kwargs.get("device") is not None:
+        return True
+    return len(args) > 1 and isinstance(args[1], (str, torch.device, Tensor))
+
+
+def _non_blocking(args: tuple, kwargs: dict) -> bool:
+    """Whether a `Tensor.to(...)` / `.cuda(...)` call asks for a non-blocking copy."""
+    if "non_blocking" in kwargs:
+        return bool(kwargs["non_blocking"])
+    return any(a is True for a in args[1:])  # to(device, dtype, True) / cuda(device, True)
 
 
 class ReadBacks:
@@ -123,10 +143,13 @@ class ReadBacks:
         self.counts: Counter[str] = Counter()
         self._held: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
-    def on_device(self, *tensors: Tensor) -> None:
-        """Mark `tensors` as held on the device (a CSC, a feature cache, the model's weights)."""
+    def on_device(self, *tensors: Tensor, with_base: bool = True) -> None:
+        """Mark `tensors` as held on the device (a CSC, a feature cache, the model's weights);
+        a view's base too (an op that writes into a view, `out=ptr[1:]`, fills its base)."""
         for t in tensors:
             self._held[t] = True
+            if with_base and t._base is not None:
+                self._held[t._base] = True
 
     def off_device(self, t: Tensor) -> None:
         self._held.pop(t, None)
@@ -170,7 +193,8 @@ def per_batch(run: Callable[[int], None], counter: ReadBacks, batches: int) -> C
 
 def random_graph(num_nodes: int, mean_degree: int = 25, seed: int = 0) -> Any:
     """A homogeneous graph with power-law in-degrees (products-like), 100 features, 47
-    classes; node 0..9 isolated."""
+    classes, train/val/test masks (host-held attributes, as a job's graph has); nodes 0..9
+    isolated."""
     from torch_geometric.data import Data
 
     gen = torch.Generator().manual_seed(seed)
@@ -181,7 +205,10 @@ def random_graph(num_nodes: int, mean_degree: int = 25, seed: int = 0) -> Any:
     src = torch.randint(0, num_nodes, (dst.numel(),), generator=gen)
     x = torch.randn(num_nodes, 100, generator=gen)
     y = torch.randint(0, 47, (num_nodes,), generator=gen)
-    return Data(edge_index=torch.stack([src, dst]), x=x, y=y, num_nodes=num_nodes)
+    split = torch.rand(num_nodes, generator=gen)
+    masks = {"train_mask": split < 0.1, "val_mask": (split >= 0.1) & (split < 0.2)}
+    masks["test_mask"] = split >= 0.2
+    return Data(edge_index=torch.stack([src, dst]), x=x, y=y, num_nodes=num_nodes, **masks)
 
 
 WORKLOADS = {"[10,5] SAGE 2x128": ([10, 5], 128), "[15,10,5] SAGE 3x256": ([15, 10, 5], 256)}

@@ -200,10 +200,12 @@ class LocalGather:
     def __call__(self, out: SamplerOutput | HeteroSamplerOutput) -> tuple[dict, dict]:
         """(node_attrs, edge_attrs) ready for `to_data` / `to_hetero_data`."""
         if not self.hetero:
-            nodes = _take(self.data, self.node_keys, out.node, self.pool)
+            nodes = _take(
+                self.data, self.node_keys, _host(out.node, bool(self.node_keys)), self.pool
+            )
             with stage("features"):
                 nodes.update({key: rows(out.node) for key, rows in self.features.items()})
-            return nodes, _take(self.data, self.edge_keys, out.edge)
+            return nodes, _take(self.data, self.edge_keys, _host(out.edge, bool(self.edge_keys)))
         nodes = {
             nt: _take(self.data[nt], keys, out.node.get(nt), self.pool, f"{nt}.")
             for nt, keys in self.node_keys.items()
@@ -239,6 +241,13 @@ def _keys(store, node: bool) -> list[str]:
     return keys
 
 
+def _host(index: Tensor | None, wanted: bool) -> Tensor | None:
+    """`index` on the host when host-held attributes are gathered with it (`wanted`): a GPU
+    sampler's ids read back once for all of them (each `index.to(host)` would wait for the
+    device again); host ids as they are."""
+    return index.cpu() if wanted and index is not None else index
+
+
 def _take(
     store, keys: list[str], index: Tensor | None, pool: BufferPool | None = None, prefix: str = ""
 ) -> Attrs:
@@ -251,7 +260,8 @@ def _take(
     for key in keys:
         value = store[key]
         with stage("features" if value.is_floating_point() else "labels"):
-            index = index.to(value.device)  # a GPU sampler's ids gather host-held rows on the host
+            if index.device != value.device:  # GPU sampler ids, a GPU-held attribute
+                index = index.to(value.device)
             if pool is None or value.device.type != "cpu":
                 out[key] = value.index_select(0, index)
                 continue

@@ -181,7 +181,7 @@ def neighbor_sample(
     """
     device = csc.device
     _check_seeds(seeds, csc.num_nodes)
-    seeds = seeds.to(device=device, dtype=torch.int64)
+    seeds = seeds.to(device=device, dtype=torch.int64, non_blocking=True)  # a blocking copy waits
     b = seeds.numel()
     # every seed its own local id; the map holds each distinct seed's first copy
     scratch.scatter_reduce_(0, seeds, torch.arange(b, device=device), "amin", include_self=False)

@@ -86,6 +86,31 @@ def test_a_gather_reads_back_once_from_a_partial_cache_and_never_from_a_whole_co
         assert found == expected and torch.equal(out, x[idx])
 
 
+def test_host_held_attributes_read_a_gpu_samples_ids_back_once_for_all(x):
+    """A job's graph keeps its split masks on the host: the batch's ids come back once for
+    all of them (not once per attribute), and the gathered rows are the graph's."""
+    from torch_geometric.data import Data
+    from torch_geometric.sampler import SamplerOutput
+
+    from app.loader.batch import LocalGather
+
+    masks = {f"{split}_mask": torch.arange(N) % 3 == i for i, split in enumerate("abc")}
+    data = Data(x=x, y=torch.arange(N) % 5, edge_index=torch.zeros(2, 0, dtype=torch.long),
+                num_nodes=N, **masks)  # fmt: skip
+    features = {"x": DeviceFeatures(x, CPU, 1 << 40), "y": DeviceFeatures(data.y, CPU, 1 << 40)}
+    gather = LocalGather(data, features)
+    node = torch.tensor([5, 0, 77, 5])
+    empty = torch.zeros(0, dtype=torch.long)
+    out = SamplerOutput(node, empty, empty, empty)
+    counter = ReadBacks(CPU)
+    counter.on_device(node, *(f.cache for f in features.values()))
+    with counter:
+        nodes, edges = gather(out)
+    assert counter.counts == {"cpu()": 1} and edges == {}
+    for key, value in {**masks, "x": x, "y": data.y}.items():
+        assert torch.equal(nodes[key], value[node]), key
+
+
 def test_bad_budgets_are_refused(x):
     with pytest.raises(ValueError, match="feature budget must be >= 0 bytes"):
         DeviceFeatures(x, CPU, -1)
