@@ -8,6 +8,7 @@ CPU tensors; these prove it where it is meant to run.
 from __future__ import annotations
 
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -110,6 +111,43 @@ def test_step_metrics_are_summed_without_a_host_sync():
         torch.cuda.set_sync_debug_mode("default")
     stats.settle()
     assert (stats.loss_sum, stats.correct, stats.seeds) == (6.0, 9.0, 12.0)
+
+
+def host_waits(fn) -> int:
+    """How many times `fn()` makes the host wait for the GPU (`set_sync_debug_mode("warn")`
+    warns at each synchronizing call)."""
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return sum("synchronizing" in str(w.message) for w in caught)
+
+
+def test_a_gpu_sample_waits_once_per_hop_and_once_more_and_a_gather_at_most_once(graph):
+    """The CPU tests count read-backs with `bench.readbacks`; here the device's own count:
+    hops + 1 per sample (host seeds, as the loader passes them), 0 per gather from a whole
+    copy, 1 from a partial cache (the ids it fetches from the host)."""
+    data, _, csc = graph
+    scratch = csc.scratch()
+    seeds = torch.tensor([7, 9, 7, 300, 5, 123, 250, 9])
+    for fanouts in ([5, 3], [15, 10, 5], [-1, 0, 3]):
+        torch_kernel.neighbor_sample(csc, seeds, fanouts, 0, scratch)  # warm-up
+        waits = host_waits(
+            lambda f=fanouts: torch_kernel.neighbor_sample(csc, seeds, f, 1, scratch)
+        )
+        assert waits == len(fanouts) + 1, (fanouts, waits)
+    node = torch_kernel.neighbor_sample(csc, seeds, [5, 3], 2, scratch)[0]
+    whole = DeviceFeatures(data.x, GPU, 1 << 40)
+    partial = DeviceFeatures(
+        data.x, GPU, 50 * data.x[:1].numel() * 4, data.edge_index[0].bincount()
+    )
+    whole(node), partial(node)  # warm-up
+    assert host_waits(lambda: whole(node)) == 0
+    assert host_waits(lambda: partial(node)) == 1
 
 
 def final_acc(tmp_path, name, *overrides):
