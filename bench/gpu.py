@@ -6,7 +6,9 @@ Workloads (products scale, batch 1024): `products_homo`'s fan-out [10, 5] with S
 the field's published one, fan-out [15, 10, 5] with SAGE 3x256 (PyG's and DGL's examples).
 
 1. Sampling alone, in this process: the numba kernel (one thread) and the torch sampler on the
-   GPU (`sampler.device=cuda`) draw the same 20 seed batches; sampled edges/s of each.
+   GPU (`sampler.device=cuda`) draw the same 20 seed batches; sampled edges/s of each. Then
+   the GPU sampler's host read-backs per batch (`bench.readbacks`' count, and CUDA's count of
+   synchronizing calls; hops + 1 expected).
 2. Per workload, three jobs of `python -m app +experiment=products_homo cluster.num_nodes=1
    dataset.num_nodes=NUM_NODES train.epochs=E mlflow.enabled=false train.device=cuda`: two with
    `sampler.device=cuda` (CSC and features on the GPU), sampling in the trainer's thread
@@ -28,6 +30,7 @@ so and nothing runs. Not part of `make bench`; `bench/gpu_check.sh` runs it on a
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 import sys
@@ -184,6 +187,33 @@ def sampling_rates(data, fanout: list[int], batches: int = 20) -> tuple[float, f
     return rates[0], rates[1]
 
 
+def sampling_waits(data: Any, fanout: list[int], batches: int = 5) -> tuple[float, float]:
+    """Host read-backs per seed batch of 1024 of the torch sampler on the GPU: counted by
+    `bench.readbacks.ReadBacks`, and by CUDA's own count of synchronizing calls."""
+    import torch
+
+    from app.sampler.neighbor import NeighborSampler
+    from bench.readbacks import ReadBacks, host_waits
+
+    gen = torch.Generator().manual_seed(1)
+    seeds = [torch.randint(0, data.num_nodes, (1024,), generator=gen) for _ in range(batches)]
+    sampler = NeighborSampler(data, fanout, seed=0, device="cuda")
+    sampler.sample(seeds[0], seed=0)  # warm-up: the thread's scratch map
+
+    run = functools.partial(_sample_all, sampler, seeds)
+    with ReadBacks("cuda") as counter:
+        run()
+    waits = host_waits(run)
+    del sampler, run
+    torch.cuda.empty_cache()
+    return counter.total / batches, waits / batches
+
+
+def _sample_all(sampler: Any, seeds: list[Any]) -> None:
+    for i, s in enumerate(seeds):
+        sampler.sample(s, seed=i)
+
+
 def profile_summary(events, wall_s: float, top: int = 6) -> dict:
     """From `torch.profiler`'s `key_averages()` of `wall_s` seconds of training: the share of
     the wall the GPU's kernels took (`gpu_busy_frac`), the host's waits for the device
@@ -259,6 +289,9 @@ def _sampling(data: Any, scale: str, name: str, fanout: list[int]) -> None:
     record(BENCH, f"{scale}_{name}_sampled_edges_per_s_cpu1", cpu, "edges/s")
     record(BENCH, f"{scale}_{name}_sampled_edges_per_s_gpu", gpu, "edges/s",
            "numba, 1 thread", gpu / cpu)  # fmt: skip
+    readbacks, waits = sampling_waits(data, fanout)
+    record(BENCH, f"{scale}_{name}_gpu_sampler_readbacks_per_batch", readbacks, "")
+    record(BENCH, f"{scale}_{name}_gpu_sampler_host_waits_per_batch", waits, "")
 
 
 def _jobs(scale: str, name: str, extra: list[str], nodes: int, epochs: int, threads: int) -> None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -108,7 +109,7 @@ class _Copies(TorchFunctionMode):
                     out = src.view_as(src)
                     owner.off_device(out)
         elif isinstance(out, Tensor) and _moves(name, args, kwargs):
-            if out.device == owner.device:
+            if owner.is_device(out.device):
                 if not owner.held(src) and not _non_blocking(args, kwargs):
                     owner.add(f"{name}(device)")  # a blocking copy there drains the stream
                 if out is src and not owner.held(src):  # the CPU stand-in's move: an alias
@@ -151,6 +152,11 @@ class ReadBacks:
             if with_base and t._base is not None:
                 self._held[t._base] = True
 
+    def is_device(self, device: torch.device) -> bool:
+        """Whether `device` is the counter's (`cuda` matches every `cuda:i`)."""
+        mine = self.device
+        return device.type == mine.type and mine.index in (None, device.index)
+
     def off_device(self, t: Tensor) -> None:
         self._held.pop(t, None)
 
@@ -181,6 +187,20 @@ class ReadBacks:
         found: Counter[str] = Counter()
         yield found
         found.update(self.counts - before)
+
+
+def host_waits(fn: Callable[[], Any]) -> int:
+    """How many times `fn()` makes the host wait for a GPU, by CUDA's own count (each
+    synchronizing call warns under `torch.cuda.set_sync_debug_mode("warn")`)."""
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return sum("synchronizing" in str(w.message) for w in caught)
 
 
 def per_batch(run: Callable[[int], None], counter: ReadBacks, batches: int) -> Counter[str]:
