@@ -7,7 +7,9 @@ Two things make these faster than PyG's `BasicGNN` on CPU without pyg-lib/torch-
   by hop; layer `l` of `L` only needs the nodes of hops `0..L-l` as inputs and produces the
   nodes of hops `0..L-l-1`. `SampledGraph` groups the edges by destination once per batch (CSR;
   a no-op check when the loader already emits them in that order, an O(E) counting sort
-  otherwise), after which every layer's adjacency is a prefix of rows of that CSR.
+  otherwise), after which every layer's adjacency is a prefix of rows of that CSR. The host
+  reads the order check and every layer's edge count back at once (on a GPU a read-back
+  waits for the device).
 * Sparse aggregation. Mean (SAGE) and normalised (GCN) aggregation are one CSR x dense
   product per layer (`CSRMatmul` over `app.model.ops.spmm`: a numba kernel over destination
   rows on the CPU, which measured faster than `torch.sparse.mm` there, cuSPARSE elsewhere;
@@ -49,9 +51,7 @@ class CSR:
 
     def t(self) -> CSR:
         """The transpose (entries re-sorted by column), for the backward pass."""
-        perm, crow = ops.group_by(self.col, self.n_cols)
-        if perm is None:
-            return CSR(crow, self.row, self.val, self.col, self.n_rows)
+        perm, crow = ops.sort_groups(self.col, self.n_cols)  # sources: no order to check
         return CSR(crow, self.row[perm], self.val[perm], self.col[perm], self.n_rows)
 
 
@@ -106,25 +106,33 @@ class SampledGraph:
                 for layer in range(num_layers)
             ]
         src, dst = edge_index[0], edge_index[1]
-        perm, self.crow = ops.group_by(dst, num_nodes)  # NeighborLoader batches come sorted
+        self.crow = ops.group_ptr(dst, num_nodes)
+        # what the host needs, read back at once (on a GPU each read waits for the device):
+        # whether the edges come sorted by destination (NeighborLoader's do), each layer's
+        # edge count and its largest source (which must lie inside the layer's inputs)
+        n_outs = [n_out for _, n_out in self.sizes]
+        probes = [self.crow[n_out] for n_out in n_outs]
+        if num_sampled_nodes is not None and src.numel():
+            probes += [torch.where(dst < n_out, src, -1).max() for n_out in n_outs]
+        in_order = (dst[1:] >= dst[:-1]).all() if dst.numel() > 1 else dst.new_ones(())
+        first, *found = torch.stack([in_order.long(), *probes]).tolist()
+        perm = None if first else ops.sort_groups(dst, num_nodes)[0]
         self.col = src if perm is None else src[perm]
         self.row = dst if perm is None else dst[perm]
         self.in_degree = self.crow[1:] - self.crow[:-1]
-        self._checked: set[int] = set()
-
-    def edges(self, layer: int) -> tuple[int, int, int]:
-        """(n_in, n_out, nnz) of `layer`; checks once that its edges stay inside its inputs."""
-        n_in, n_out = self.sizes[layer]
-        nnz = int(self.crow[n_out])
-        if layer not in self._checked and nnz > 0:
-            top = int(self.col[:nnz].max())
+        self.nnz = found[:num_layers]
+        for layer, top in enumerate(found[num_layers:]):
+            n_in = self.sizes[layer][0]
             if top >= n_in:
                 raise ValueError(
                     f"edge source {top} >= {n_in} input nodes of layer {layer}: edges/nodes are "
                     "not in NeighborLoader hop order; call the model without num_sampled_nodes"
                 )
-            self._checked.add(layer)
-        return n_in, n_out, nnz
+
+    def edges(self, layer: int) -> tuple[int, int, int]:
+        """(n_in, n_out, nnz) of `layer` (its edges checked to stay inside its inputs)."""
+        n_in, n_out = self.sizes[layer]
+        return n_in, n_out, self.nnz[layer]
 
     def adjacency(self, layer: int, values: Tensor) -> CSR:
         """The `[n_out, n_in]` CSR of `layer` with per-edge `values` (in CSR order)."""

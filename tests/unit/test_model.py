@@ -69,6 +69,29 @@ def test_out_of_order_edges_are_rejected(batch):
         model(batch.x, ei, batch.num_sampled_nodes, batch.num_sampled_edges)
 
 
+@pytest.mark.parametrize("name", ["sage", "gcn"])
+def test_a_training_step_reads_back_once_on_the_gpu_path(batch, name, monkeypatch):
+    """Forward and backward of a sampled batch on the torch kernels (a GPU's) read back to
+    the host once (the batch's edge order and per-layer edge counts, together), counted on
+    the CPU by `bench.readbacks` with the batch and weights marked as on the device; the
+    shuffled batch (sorted by the model) likewise. (GAT adds one per layer: PyG's GATConv
+    drops self-loops with a bool mask.)"""
+    from bench.readbacks import ReadBacks
+
+    monkeypatch.setenv("DISTGNN_KERNELS", "torch")
+    torch.manual_seed(0)
+    model = SampledGNN(name, batch.x.size(1), 16, 5, 3)
+    perm = torch.randperm(batch.edge_index.size(1))
+    for ei in (batch.edge_index.clone(), batch.edge_index[:, perm]):
+        x = batch.x.clone()
+        counter = ReadBacks("cpu")
+        counter.on_device(x, ei, *model.parameters())
+        with counter:
+            out = model(x, ei, batch.num_sampled_nodes, batch.num_sampled_edges)
+            out.sum().backward()
+        assert counter.counts == {"tolist()": 1}, counter.counts
+
+
 def test_gat_heads_must_divide_hidden():
     with pytest.raises(ValueError, match="not divisible by model.heads=3"):
         build_model(ModelConfig(name="gat", hidden_channels=16, heads=3), 8, 2)

@@ -66,6 +66,18 @@ def test_group_by_equal(monkeypatch):
     assert perm is None and torch.equal(ptr, ca)
 
 
+def test_group_ptr_and_sort_groups_equal(monkeypatch):
+    """The torch path counts groups with a scatter-add (no read-back on a GPU), numba's with
+    bincount; `sort_groups` always permutes, even keys already sorted."""
+    keys = torch.randint(0, 50, (3000,), generator=torch.Generator().manual_seed(3))
+    a, b = both(monkeypatch, lambda: ops.group_ptr(keys, 60))
+    assert torch.equal(a, b) and torch.equal(a.diff(), torch.bincount(keys, minlength=60))
+    ordered = keys.sort().values
+    (pa, ca), (pb, cb) = both(monkeypatch, lambda: ops.sort_groups(ordered, 60))
+    assert torch.equal(pa, torch.arange(3000)) and torch.equal(pb, pa)
+    assert torch.equal(ca, a) and torch.equal(cb, a)
+
+
 def test_argmax_and_marking_equal(monkeypatch):
     torch.manual_seed(0)
     wide = torch.randint(-3, 3, (500, 8)).float()  # many ties: the first maximum wins

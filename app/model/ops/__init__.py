@@ -26,6 +26,8 @@ __all__ = [
     "csr_mean",
     "dropout",
     "group_by",
+    "group_ptr",
+    "sort_groups",
     "mark_ids",
     "row_argmax",
     "spmm",
@@ -68,7 +70,18 @@ def group_by(keys: Tensor, n: int) -> tuple[Tensor | None, Tensor]:
     """(stable sorting permutation, or None if `keys` is already sorted; CSR pointer [n + 1]
     of the groups) for integer `keys` in [0, n)."""
     if keys.numel() < 2 or bool((keys[1:] >= keys[:-1]).all()):
-        return None, torch_any.group_ptr(keys, n)
+        return None, group_ptr(keys, n)
+    return _ops(keys).group_by(keys, n)
+
+
+def group_ptr(keys: Tensor, n: int) -> Tensor:
+    """The CSR pointer [n + 1] of the groups of integer `keys` in [0, n), in any order."""
+    return _ops(keys).group_ptr(keys, n)
+
+
+def sort_groups(keys: Tensor, n: int) -> tuple[Tensor, Tensor]:
+    """`group_by` without its check for keys already sorted (on a GPU a read-back), for
+    keys known to be unsorted or checked by the caller: always a permutation."""
     return _ops(keys).group_by(keys, n)
 
 

@@ -135,6 +135,12 @@ def csr_mean(crow: Tensor, col: Tensor, head: Tensor, tail: Tensor, out: Tensor)
     return out
 
 
+def group_ptr(keys: Tensor, n: int) -> Tensor:
+    ptr = torch.zeros(n + 1, dtype=torch.int64)
+    torch.cumsum(torch.bincount(keys, minlength=n), 0, out=ptr[1:])
+    return ptr
+
+
 def group_by(keys: Tensor, n: int) -> tuple[Tensor, Tensor]:
     perm, ptr = _counting_sort(keys.numpy(), n)
     return torch.from_numpy(perm), torch.from_numpy(ptr)

@@ -40,10 +40,11 @@ def csr_mean(crow: Tensor, col: Tensor, head: Tensor, tail: Tensor, out: Tensor)
 
 
 def group_ptr(keys: Tensor, n: int) -> Tensor:
-    """The CSR pointer [n + 1] of the groups of `keys` (any order)."""
+    """The CSR pointer [n + 1] of the groups of `keys` (any order): counted with a scatter-add,
+    not `bincount`, which on a GPU reads the largest key back to size its output."""
     ptr = torch.zeros(n + 1, dtype=torch.int64, device=keys.device)
-    torch.cumsum(torch.bincount(keys, minlength=n), 0, out=ptr[1:])
-    return ptr
+    ptr[1:].scatter_add_(0, keys.long(), torch.ones_like(keys, dtype=torch.int64))
+    return ptr.cumsum_(0)
 
 
 def group_by(keys: Tensor, n: int) -> tuple[Tensor, Tensor]:
