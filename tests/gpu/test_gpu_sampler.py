@@ -150,6 +150,30 @@ def test_a_gpu_sample_waits_once_per_hop_and_once_more_and_a_gather_at_most_once
     assert host_waits(lambda: partial(node)) == 1
 
 
+def test_a_gpu_training_step_waits_for_the_device_once(graph):
+    """Forward, backward and Adam's step of SAGE 3x16 on a GPU-sampled batch: one wait (the
+    batch's edge order and every layer's edge count, read together), as counted on the CPU."""
+    from app.model.gnn import SampledGNN
+
+    data, _, csc = graph
+    fanouts = [5, 3, 2]
+    node, row, col, _, nsn, nse = torch_kernel.neighbor_sample(
+        csc, torch.arange(32), fanouts, 0, csc.scratch()
+    )
+    x, edge_index = data.x.to(GPU)[node], torch.stack([row, col])
+    torch.manual_seed(0)
+    model = SampledGNN("sage", x.size(1), 16, 3, len(fanouts)).to(GPU)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        model(x, edge_index, nsn, nse)[:32].sum().backward()
+        opt.step()
+
+    step()  # warm-up: Adam's state, cuSPARSE's handles
+    assert host_waits(step) == 1
+
+
 def final_acc(tmp_path, name, *overrides):
     proc = run_app(
         "+experiment=smoke", f"output_dir={tmp_path}", f"dataset.root={tmp_path}/data",
