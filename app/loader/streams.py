@@ -1,8 +1,8 @@
 """`SideStreams`: GPU-built batches made in sampling threads, each thread on a stream of its own.
 
-The torch sampler reads sizes back from the GPU several times per hop (the next arrays'
-lengths). On the trainer's stream each read-back waits for everything queued there, the step's
-kernels included, so sampling and the step take turns. Built on a side stream, a batch's
+The torch sampler reads sizes back from the GPU once per hop (the next arrays' lengths). On
+the trainer's stream each read-back waits for everything queued there, the step's kernels
+included, so sampling and the step take turns. Built on a side stream, a batch's
 read-backs wait only for its own work, and the trainer's stream waits for the batch through an
 event when the batch is handed over. Each tensor of the batch is then marked as used by the
 trainer's stream (`record_stream`), so the caching allocator does not give its memory back to
