@@ -39,6 +39,8 @@ _ROUNDS = itertools.count()  # distinct DistTensor names per evaluation (same or
 class LocalBackend:
     """One process: tables are dense tensors, collectives are no-ops."""
 
+    holds_all = True  # every row of every table, in id order; no other process reads them
+
     def local_ids(self, ntype: str, num_rows: int) -> Tensor:
         """The ids whose rows this process holds, in shard order: all of them."""
         return torch.arange(num_rows)
@@ -66,6 +68,8 @@ class DistBackend:
     Every trainer runs the same sequence of `new_table` / `barrier` / `all_reduce` calls, so
     uneven partitions (or a trainer with no nodes) cannot make one wait for another forever.
     """
+
+    holds_all = False  # a shard per partition, in host memory, read by the other trainers
 
     def __init__(self, books: dict[str, Any], part_id: int, is_owner: bool) -> None:
         if not torch.distributed.is_initialized():

@@ -224,7 +224,41 @@ def test_kept_buffers_serve_the_next_pass_exactly(graph, kind):
         model = SampledGNN(kind, graph.x.size(1), 16, 3, 2, heads=2).eval()
         got = layerwise_logits(model, view, 23, keep_buffers=True)
         assert rel_err(got, model(graph.x, graph.edge_index)) < 1e-4
-        kept = view.cache["buffers"]
+        kept = view.cache["buffers/cpu"]  # where the pass computes: one process holds every row
         assert not kept.lent
         taken.append({id(b) for bufs in kept.free.values() for b in bufs})
     assert taken[0] and taken[0] == taken[1]
+
+
+def test_one_process_tables_are_the_kept_buffers_where_it_computes(graph):
+    """A view that holds every row reads edges unmapped (no id -> position map: positions are
+    ids) and keeps its layer tables in the buffers where the pass computes (unpinned): the
+    last layer's table IS a kept buffer, so nothing is copied into host tables."""
+    from app.inference.layerwise import _plan, layerwise_embeddings
+    from app.inference.view import NODE
+
+    view = local_view(graph)
+    model = model_of("gcn", graph).eval()  # no projection: the last layer writes a table
+    rows = layerwise_embeddings(model, view, 23, keep_buffers=True)
+    try:
+        plan = _plan(view)
+        assert plan.pos_of[NODE] is None and not plan.fetch[NODE].numel()
+        assert torch.equal(plan.mine_pos[NODE], torch.arange(graph.num_nodes))
+        kept = view.cache["buffers/cpu"]
+        assert kept.device == torch.device("cpu") and not kept.pin
+        table = rows.tables[NODE]
+        assert any(table.data_ptr() == b.data_ptr() for b in kept.lent)
+        ref = model(graph.x, graph.edge_index)
+        assert rel_err(rows.host_rows(torch.arange(graph.num_nodes)), ref) < 1e-4
+    finally:
+        rows.close()
+
+
+def test_an_edge_source_out_of_range_is_one_clear_error(graph):
+    view = local_view(graph)
+    crow, col = view.edges[("_N", "_E", "_N")]
+    bad = col.clone()
+    bad[3] = graph.num_nodes + 5
+    view.edges[("_N", "_E", "_N")] = (crow, bad)
+    with pytest.raises(IndexError, match=f"node id {graph.num_nodes + 5} out of range"):
+        layerwise_logits(model_of("sage", graph), view, 50)
