@@ -27,7 +27,7 @@ from torch_geometric.data import Data, HeteroData
 from app.contract import EVAL_SPLITS
 from app.distributed.context import DistContext
 from app.distributed.tensor import DistTensor, shard_ids, unregister
-from app.model.ops import group_by
+from app.model.ops import in_csr
 from app.partition.reader import PartitionData
 
 NODE = "_N"
@@ -154,9 +154,9 @@ class GraphView:
         self.owned_tables.clear()
 
 
-def _csr(edge_index: Tensor, num_dst: int) -> tuple[Tensor, Tensor]:
-    perm, crow = group_by(edge_index[1], num_dst)
-    return crow, edge_index[0] if perm is None else edge_index[0][perm]
+def _csr(edge_index: Tensor, num_src: int, num_dst: int) -> tuple[Tensor, Tensor]:
+    """The in-edge CSR of `edge_index` (sources in int32 where ids fit; see `in_csr`)."""
+    return in_csr(edge_index, num_src, num_dst)
 
 
 def _labelled_type(data: HeteroData) -> str:
@@ -187,7 +187,9 @@ def local_view(data: Data | HeteroData) -> GraphView:
         return GraphView(
             num_nodes=nums,
             mine={t: torch.arange(n) for t, n in nums.items()},
-            edges={et: _csr(data[et].edge_index, nums[et[-1]]) for et in data.edge_types},
+            edges={
+                et: _csr(data[et].edge_index, nums[et[0]], nums[et[-1]]) for et in data.edge_types
+            },
             inputs={t: data[t].x.float() for t in data.node_types if "x" in data[t]},
             degree={},
             target=target,
@@ -197,7 +199,7 @@ def local_view(data: Data | HeteroData) -> GraphView:
             is_hetero=True,
         )
     n = int(data.num_nodes)
-    crow, col = _csr(data.edge_index, n)
+    crow, col = _csr(data.edge_index, n, n)
     return GraphView(
         num_nodes={NODE: n},
         mine={NODE: torch.arange(n)},
