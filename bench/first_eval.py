@@ -1,16 +1,18 @@
 """Where a one-trainer job's FIRST layer-wise evaluation goes, phase by phase, against a later one.
 
-    python -m bench.first_eval [NUM_NODES] [--device=cpu|cuda] [--layers=2] [--hidden=128]
-                               [--threads=1] [--root=DIR] [--tag=NAME]
+    python -m bench.first_eval [NUM_NODES] [--device=cpu|cuda] [--sampler=cpu|cuda]
+                               [--layers=2] [--hidden=128] [--threads=1] [--root=DIR] [--tag=NAME]
 
 The `products_homo` graph (synthetic_products, NUM_NODES nodes, default products scale) and an
 untrained GraphSAGE (`--layers` x `--hidden`; weights do not change the work) on `--device`, then
-as a one-trainer job evaluates val + test (`LocalSource` -> `local_view`, `evaluate_layerwise`
-with `train.eval_chunk_size` and kept buffers), twice. Phases, each the time inside one function
-of `app.inference` (on a GPU the device is synchronised before each clock read):
+as a one-trainer job evaluates val + test (`LocalSource.inference_view()`, `evaluate_layerwise`
+with `train.eval_chunk_size` and kept buffers), twice. `--sampler=cuda` (with `--device=cuda`)
+first makes the job's train loader, as a GPU-sampled job has before its first evaluation (the
+CSC and the features on the GPU; not timed). Phases, each the time inside one function of
+`app.inference` (on a GPU the device is synchronised before each clock read):
 
-* `view`: building the `GraphView` (`local_view`: the in-edge CSR, labels, splits), of which
-  `view_csr` is the CSR (`_csr`);
+* `view`: building the `GraphView` (`inference_view`: the in-edge CSR, labels, splits), of
+  which `view_csr` is the CSR (`_csr`; none when the view reuses a sampler's CSC);
 * `plan`: the `_ReadPlan` (`_plan`: marks, argsort, `pos_of`);
 * `device_edges`: the CSR moved to the device and mapped to row positions (`_device_edges`);
 * `buffers`: the pass's float buffers (`_Buffers.empty`: kept ones, page-locked where the pass
@@ -85,8 +87,9 @@ def instrument(clock: Clock) -> None:
 
 
 def _args(argv: list[str]) -> dict[str, Any]:
-    opts: dict[str, Any] = dict(nodes=2_449_029, device="cpu", layers=2, hidden=128,
-                                threads=1, root="/tmp/distgnn-first-eval", tag="")  # fmt: skip
+    opts: dict[str, Any] = dict(nodes=2_449_029, device="cpu", sampler="cpu", layers=2,
+                                hidden=128, threads=1, root="/tmp/distgnn-first-eval",
+                                tag="")  # fmt: skip
     for arg in argv:
         key, _, value = arg.removeprefix("--").partition("=")
         if not value:
@@ -108,11 +111,18 @@ def _kept_bytes(view: Any) -> dict[str, int]:
     return dict(by_place)
 
 
+def _model(cfg: Any, data: Any, device: torch.device) -> torch.nn.Module:
+    from app.model.registry import build_model
+
+    torch.manual_seed(0)
+    return build_model(cfg.model, data.x.size(1), int(data.num_classes)).to(device).eval()
+
+
 def main(argv: list[str] | None = None) -> None:
     from app.config import compose_config
     from app.dataset import load_dataset
-    from app.inference import evaluate_layerwise, local_view
-    from app.model.registry import build_model
+    from app.inference import evaluate_layerwise
+    from app.task.local import LocalSource
 
     o = _args(sys.argv[1:] if argv is None else argv)
     device = torch.device(o["device"])
@@ -123,10 +133,13 @@ def main(argv: list[str] | None = None) -> None:
     cfg = compose_config(["+experiment=products_homo", f"dataset.num_nodes={o['nodes']}",
                           f"dataset.root={Path(o['root']) / 'data'}",
                           f"model.num_layers={o['layers']}",
-                          f"model.hidden_channels={o['hidden']}"])  # fmt: skip
+                          f"model.hidden_channels={o['hidden']}", f"train.device={device}",
+                          f"sampler.device={o['sampler']}", "loader.num_workers=0"])  # fmt: skip
     data = load_dataset(cfg.dataset, cfg.seed)
-    torch.manual_seed(0)
-    model = build_model(cfg.model, data.x.size(1), int(data.num_classes)).to(device).eval()
+    source = LocalSource(cfg, data)
+    model = _model(cfg, data, device)
+    if o["sampler"] != "cpu":  # the sampler's CSC and the features, where the job has them
+        source.node_loader("train", data.train_mask.nonzero().view(-1), None)
     clock = Clock(device)
     instrument(clock)
     chunk, keep = cfg.train.eval_chunk_size, cfg.train.eval_keep_buffers
@@ -137,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
         clock.sync()
         start = time.perf_counter()
         if view is None:
-            view = clock.wrap("view", local_view)(data)
+            view = clock.wrap("view", source.inference_view)()
         acc = evaluate_layerwise(model, view, chunk, ("val", "test"), keep)
         clock.sync()
         wall = time.perf_counter() - start

@@ -179,8 +179,16 @@ def _mask_ids(store: Any) -> dict[str, Tensor]:
     }
 
 
-def local_view(data: Data | HeteroData) -> GraphView:
-    """The whole graph in this process (single-process training, or a test's reference)."""
+def local_view(
+    data: Data | HeteroData, edges: tuple[Tensor, Tensor] | None = None, x: Tensor | None = None
+) -> GraphView:
+    """The whole graph in this process (single-process training, or a test's reference).
+
+    A homogeneous graph's view may take what a caller already holds instead of building it:
+    `edges`, its in-edge CSR `(crow in host memory, col anywhere)` in `in_csr`'s stable order
+    (a sampler's CSC is: to_csc sorts the same way), and `x`, its float32 features anywhere
+    (e.g. already on the GPU), so the first evaluation neither sorts the edges nor copies them
+    nor the features to the device."""
     if isinstance(data, HeteroData):
         target = _labelled_type(data)
         nums = {t: int(data[t].num_nodes) for t in data.node_types}
@@ -199,12 +207,17 @@ def local_view(data: Data | HeteroData) -> GraphView:
             is_hetero=True,
         )
     n = int(data.num_nodes)
-    crow, col = _csr(data.edge_index, n, n)
+    crow, col = _csr(data.edge_index, n, n) if edges is None else edges
+    if crow.numel() != n + 1 or col.numel() != data.edge_index.size(1):
+        raise ValueError(
+            f"edges: a CSR of {crow.numel() - 1} nodes and {col.numel()} edges, but the graph "
+            f"has {n} nodes and {data.edge_index.size(1)} edges"
+        )
     return GraphView(
         num_nodes={NODE: n},
         mine={NODE: torch.arange(n)},
         edges={EDGE: (crow, col)},
-        inputs={NODE: data.x.float()},
+        inputs={NODE: data.x.float() if x is None else x},
         degree={EDGE: (crow[1:] - crow[:-1]).to(torch.float32).unsqueeze(1)},
         target=NODE,
         labels=_labels(data),

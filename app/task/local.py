@@ -69,8 +69,22 @@ class LocalSource(GraphSource):
     def _make_view(self) -> Any:
         from app.inference import local_view
 
-        link = self.cfg.train.objective == "link"  # link tasks pass messages on train edges only
-        return local_view(self._link_split()[0] if link else self.data)
+        if self.cfg.train.objective == "link":  # link tasks pass messages on train edges only
+            return local_view(self._link_split()[0])
+        return local_view(self.data, **self._held_for_view())
+
+    def _held_for_view(self) -> dict[str, Any]:
+        """What the node loaders' torch sampler and device features already hold of the graph
+        (its CSC: the view's in-edge CSR, the same stable order; every row of `x` where the
+        batches read it), so the layer-wise view builds and copies neither."""
+        held: dict[str, Any] = {}
+        sampler = self._sampler
+        if sampler is not None and sampler.tensors is not None and not sampler.is_hetero:
+            held["edges"] = (torch.from_numpy(sampler.colptr), sampler.tensors.row)
+        x = (self._rows or {}).get("x")
+        if x is not None and x.whole and x.cache.dtype == torch.float32:
+            held["x"] = x.cache
+        return held
 
     def node_seeds(self, split: str, node_type: str | None) -> Tensor:
         store = self.data if node_type is None else self.data[node_type]
