@@ -1,14 +1,15 @@
 """Where a one-trainer job's FIRST layer-wise evaluation goes, phase by phase, against a later one.
 
-    python -m bench.first_eval [NUM_NODES] [--device=cpu|cuda] [--sampler=cpu|cuda]
+    python -m bench.first_eval [NUM_NODES] [--device=cpu|cuda] [--sampler=cpu|cuda|none]
                                [--layers=2] [--hidden=128] [--threads=1] [--root=DIR] [--tag=NAME]
 
 The `products_homo` graph (synthetic_products, NUM_NODES nodes, default products scale) and an
 untrained GraphSAGE (`--layers` x `--hidden`; weights do not change the work) on `--device`, then
 as a one-trainer job evaluates val + test (`LocalSource.inference_view()`, `evaluate_layerwise`
-with `train.eval_chunk_size` and kept buffers), twice. `--sampler=cuda` (with `--device=cuda`)
-first makes the job's train loader, as a GPU-sampled job has before its first evaluation (the
-CSC and the features on the GPU; not timed). Phases, each the time inside one function of
+with `train.eval_chunk_size` and kept buffers), twice. First, not timed, the job's train loader
+is made as a job has it before its first evaluation (`sampler.device=--sampler`: `cuda`, with
+`--device=cuda`, puts the CSC and the features on the GPU; `none` makes no loader, so the view
+builds its own CSR, as a link job's does). Phases, each the time inside one function of
 `app.inference` (on a GPU the device is synchronised before each clock read):
 
 * `view`: building the `GraphView` (`inference_view`: the in-edge CSR, labels, splits), of
@@ -134,11 +135,12 @@ def main(argv: list[str] | None = None) -> None:
                           f"dataset.root={Path(o['root']) / 'data'}",
                           f"model.num_layers={o['layers']}",
                           f"model.hidden_channels={o['hidden']}", f"train.device={device}",
-                          f"sampler.device={o['sampler']}", "loader.num_workers=0"])  # fmt: skip
+                          f"sampler.device={o['sampler'].replace('none', 'cpu')}",
+                          "loader.num_workers=0"])  # fmt: skip
     data = load_dataset(cfg.dataset, cfg.seed)
     source = LocalSource(cfg, data)
     model = _model(cfg, data, device)
-    if o["sampler"] != "cpu":  # the sampler's CSC and the features, where the job has them
+    if o["sampler"] != "none":  # the sampler's CSC and the features, where the job has them
         source.node_loader("train", data.train_mask.nonzero().view(-1), None)
     clock = Clock(device)
     instrument(clock)

@@ -264,16 +264,18 @@ def test_an_edge_source_out_of_range_is_one_clear_error(graph):
         layerwise_logits(model_of("sage", graph), view, 50)
 
 
-def test_a_jobs_view_reuses_the_torch_samplers_csc_and_device_rows(tmp_path, monkeypatch):
-    """A node job on the torch sampler (a GPU's path; DISTGNN_KERNELS=torch on the CPU): its
-    layer-wise view reads the sampler's CSC and the device features in place (no sort, no
-    copy), which equal what `local_view` builds, so the logits are the same."""
+@pytest.mark.parametrize("kernels", ["torch", "numba"])
+def test_a_jobs_view_reuses_its_samplers_csc_and_device_rows(tmp_path, monkeypatch, kernels):
+    """A node job's layer-wise view reads its loaders' sampler's CSC in place (no sort, no
+    copy): on the torch sampler (a GPU's path; DISTGNN_KERNELS=torch on the CPU) its tensors
+    and the device features too, on the numba sampler its host arrays. They equal what
+    `local_view` builds, so the logits are the same."""
     from app.config import Config, DatasetConfig, ModelConfig, validate
     from app.inference.view import EDGE
     from app.model import ops
     from app.task.local import LocalSource
 
-    monkeypatch.setenv(ops.KERNELS_ENV, "torch")
+    monkeypatch.setenv(ops.KERNELS_ENV, kernels)
     cfg = Config(output_dir=str(tmp_path))
     cfg.partition.num_parts = 1
     cfg.dataset = DatasetConfig(root=str(tmp_path / "data"), num_nodes=200, num_features=8)
@@ -285,8 +287,11 @@ def test_a_jobs_view_reuses_the_torch_samplers_csc_and_device_rows(tmp_path, mon
     loader = source.node_loader("train", torch.arange(50), None)
     view, built = source.inference_view(), local_view(graph)
     (crow, col), (want_crow, want_col) = view.edges[EDGE], built.edges[EDGE]
-    assert col.data_ptr() == loader.sampler.tensors.row.data_ptr()
-    assert view.inputs["_N"].data_ptr() == source._rows["x"].cache.data_ptr()
+    if kernels == "torch":
+        assert col.data_ptr() == loader.sampler.tensors.row.data_ptr()
+        assert view.inputs["_N"].data_ptr() == source._rows["x"].cache.data_ptr()
+    else:
+        assert col.data_ptr() == loader.sampler.row.ctypes.data and source._rows is None
     assert torch.equal(crow, want_crow) and torch.equal(col, want_col.long())
     model = model_of("sage", graph).eval()
     want = layerwise_logits(model, built, 37)
