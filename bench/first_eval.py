@@ -9,7 +9,8 @@ as a one-trainer job evaluates val + test (`LocalSource.inference_view()`, `eval
 with `train.eval_chunk_size` and kept buffers), twice. First, not timed, the job's train loader
 is made as a job has it before its first evaluation (`sampler.device=--sampler`: `cuda`, with
 `--device=cuda`, puts the CSC and the features on the GPU; `none` makes no loader, so the view
-builds its own CSR, as a link job's does). Phases, each the time inside one function of
+builds its own CSR, as a link job's does; the fan-out, which evaluation never reads, is 10 a
+layer). Phases, each the time inside one function of
 `app.inference` (on a GPU the device is synchronised before each clock read):
 
 * `view`: building the `GraphView` (`inference_view`: the in-edge CSR, labels, splits), of
@@ -135,8 +136,9 @@ def main(argv: list[str] | None = None) -> None:
                           f"dataset.root={Path(o['root']) / 'data'}",
                           f"model.num_layers={o['layers']}",
                           f"model.hidden_channels={o['hidden']}", f"train.device={device}",
+                          f"sampler.num_neighbors=[{','.join(['10'] * o['layers'])}]",
                           f"sampler.device={o['sampler'].replace('none', 'cpu')}",
-                          "loader.num_workers=0"])  # fmt: skip
+                          "loader.num_workers=0", "cluster.num_nodes=1"])  # fmt: skip
     data = load_dataset(cfg.dataset, cfg.seed)
     source = LocalSource(cfg, data)
     model = _model(cfg, data, device)

@@ -36,10 +36,10 @@ def test_the_phases_of_a_first_evaluation_add_up(tmp_path, monkeypatch):
     assert got["first_view_s"] >= got["first_view_csr_s"] > 0 and "later_view_s" not in got
     # SAGE 2x128 into 47 classes: two 48-column projections per node, and one chunk's scratch
     assert got["kept_buffer_bytes_host"] == 4 * (3000 * 2 * 48 + 3000 * 128)
-    first_eval.main(["3000", f"--root={tmp_path}", "--tag=job"])  # a job: its loader made first
+    first_eval.main(["3000", f"--root={tmp_path}", "--tag=job", "--layers=3"])  # a job's loader
     metrics = {r["metric"] for r in json.loads(out.read_text())}
-    assert "job_3000n_2x128_cpu_first_view_s" in metrics  # the view reuses the loader's CSC:
-    assert "job_3000n_2x128_cpu_first_view_csr_s" not in metrics  # it builds none
+    assert "job_3000n_3x128_cpu_first_view_s" in metrics  # the view reuses the loader's CSC:
+    assert "job_3000n_3x128_cpu_first_view_csr_s" not in metrics  # it builds none
 
 
 def test_an_unknown_option_is_one_line():
