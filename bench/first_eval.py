@@ -142,8 +142,9 @@ def main(argv: list[str] | None = None) -> None:
     data = load_dataset(cfg.dataset, cfg.seed)
     source = LocalSource(cfg, data)
     model = _model(cfg, data, device)
+    loaders = []  # held to the end, as a job holds its loaders (and their CSC) while it runs
     if o["sampler"] != "none":  # the sampler's CSC and the features, where the job has them
-        source.node_loader("train", data.train_mask.nonzero().view(-1), None)
+        loaders.append(source.node_loader("train", data.train_mask.nonzero().view(-1), None))
     clock = Clock(device)
     instrument(clock)
     chunk, keep = cfg.train.eval_chunk_size, cfg.train.eval_keep_buffers
@@ -169,6 +170,7 @@ def main(argv: list[str] | None = None) -> None:
     for place, nbytes in _kept_bytes(view).items():
         record(BENCH, f"{prefix}{scale}_kept_buffer_bytes_{place}", nbytes, "B")
     print(f"{BENCH:<22} {data.num_nodes:,} nodes, {data.num_edges:,} edges", flush=True)
+    del loaders
 
 
 if __name__ == "__main__":
