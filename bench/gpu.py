@@ -20,6 +20,9 @@ the field's published one, fan-out [15, 10, 5] with SAGE 3x256 (PyG's and DGL's 
 3. 20 GPU-sampled training steps per workload under `torch.profiler`: the GPU's busy share, the
    host's waits for the device per step, and the operations taking the most GPU and CPU time
    (where the remaining gap is).
+4. Per workload, the GPU-sampled job's first layer-wise evaluation phase by phase against a
+   later one (`python -m bench.first_eval --device=cuda --sampler=cuda`, its records
+   `first_eval/...`; at most `FIRST_EVAL_TIMEOUT_S` each).
 
 Each part that fails (or a job that outlives `JOB_TIMEOUT_S`) prints its last lines and the
 next part runs: a device check gets one call.
@@ -56,6 +59,7 @@ WORKLOADS = {  # name -> (fan-out, job overrides)
 PROFILE_STEPS = 20
 GPU_THREADS = 2  # the GPU sampler's threads, a CUDA stream each
 JOB_TIMEOUT_S = 300  # a job that outlives it is reported, and the bench goes on
+FIRST_EVAL_TIMEOUT_S = 60  # one bench.first_eval run (data load, loader, two evaluations)
 JOB_KEYS = ("epoch_time_s", "data_wait_frac", "sampled_edges_per_s", "eval_time_s", "test_acc")
 UNITS = {"sampled_edges_per_s": "edges/s", "epoch_time_s": "s", "eval_time_s": "s",
          "first_eval_time_s": "s", "job_wall_s": "s"}  # fmt: skip
@@ -320,6 +324,20 @@ def _record_job(
         record(BENCH, f"{prefix}_{key}", value, unit, compared, ratio)
 
 
+def _first_eval(name: str, extra: list[str], nodes: int, threads: int) -> None:
+    """`bench.first_eval` of workload `name` on the GPU-sampled path, in a process of its own
+    (it wraps `app.inference`'s functions to time them); its records join this bench's."""
+    model = dict(a.split("=", 1) for a in extra if a.startswith("model."))
+    layers, hidden = model.get("model.num_layers", "2"), model.get("model.hidden_channels", "128")
+    cmd = [sys.executable, "-m", "bench.first_eval", str(nodes), "--device=cuda",
+           "--sampler=cuda", f"--layers={layers}", f"--hidden={hidden}", f"--threads={threads}",
+           f"--root={ROOT}"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=FIRST_EVAL_TIMEOUT_S)
+    print("\n".join(line for line in proc.stdout.splitlines() if line.startswith("first_eval")))
+    if proc.returncode != 0:
+        raise RuntimeError(f"{name}: exit {proc.returncode}:\n{proc.stderr[-3000:]}")
+
+
 def main(argv: list[str] | None = None) -> None:
     import torch
 
@@ -339,6 +357,9 @@ def main(argv: list[str] | None = None) -> None:
         _guarded(f"{name} jobs", _jobs, scale, name, extra, nodes, epochs, threads)
     for name, (_, extra) in WORKLOADS.items():
         _guarded(f"{name} profile", _profile, data, scale, name, extra, nodes)
+    del data  # the breakdown's processes load their own
+    for name, (_, extra) in WORKLOADS.items():
+        _guarded(f"{name} first evaluation", _first_eval, name, extra, nodes, threads)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 #
 #   where a registry is reachable, once:   bash bench/gpu_check.sh prepare
 #   on the device, from the checkout root: bash bench/gpu_check.sh [all|tests|bench] [BENCH_GPU_ARGS...]
+#                                          bash bench/gpu_check.sh first-eval [NUM_NODES]
 #
 # `prepare` downloads the wheels the device lacks (hydra-core, omegaconf, pymetis, antlr4) into
 # .gpu/ (git-ignored) by ../shared/gpu/prepare.sh's recipe, which works in a git worktree too,
@@ -17,7 +18,10 @@
 # --epochs=2`; default: products scale). GPU_CHECK_TESTS_S / GPU_CHECK_BENCH_S, when set,
 # bound each target in seconds (SIGINT at the bound, so pytest still prints its summary) and
 # the logs and results gathered so far are kept: one device call has a fixed length.
-# Exit status: test-gpu's if it failed, else bench-gpu's.
+# `first-eval` runs only `python -m bench.first_eval` on the GPU (products scale unless
+# NUM_NODES): both workloads' models, the GPU-sampled job's path then the CPU-sampled one's, each
+# bounded by GPU_CHECK_BENCH_S when set (a short device call; the dataset is generated once).
+# Exit status: test-gpu's if it failed, else bench-gpu's (first-eval: its last failure's).
 set -u
 cd "$(dirname "$0")/.."
 
@@ -59,19 +63,29 @@ bounded() {  # bounded SECONDS COMMAND...: COMMAND, interrupted after SECONDS wh
 }
 
 inside() {
-  local bin mk tests=0 bench=0 mode=all
-  case "${1:-}" in all|tests|bench) mode=$1; shift ;; esac
+  local bin mk tests=0 bench=0 mode=all layers hidden sampler
+  case "${1:-}" in all|tests|bench|first-eval) mode=$1; shift ;; esac
   bin=${TMPDIR:-/tmp}/distgnn-bin-$$
   mkdir -p "$bin" && touch "$bin/.installed"
   trap 'rm -rf "$bin"' EXIT
   printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v python3)" > "$bin/python"
   chmod +x "$bin/python"
   mk=(make --no-print-directory "BIN=$bin" "STAMP=$bin/.installed")
-  if [ "$mode" != bench ]; then
+  if [ "$mode" = first-eval ]; then
+    for layers in 2 3; do
+      hidden=$((layers == 2 ? 128 : 256))
+      for sampler in cuda cpu; do
+        bounded "${GPU_CHECK_BENCH_S:-0}" "$bin/python" -m bench.first_eval "${1:-2449029}" \
+          --device=cuda --sampler=$sampler --layers=$layers --hidden=$hidden --threads=8 \
+          --root=outputs/bench/gpu --tag=$sampler-sampler || bench=$?
+      done
+    done
+  fi
+  if [ "$mode" != bench ] && [ "$mode" != first-eval ]; then
     bounded "${GPU_CHECK_TESTS_S:-0}" "${mk[@]}" test-gpu
     tests=$?
   fi
-  if [ "$mode" != tests ]; then
+  if [ "$mode" != tests ] && [ "$mode" != first-eval ]; then
     bounded "${GPU_CHECK_BENCH_S:-0}" "${mk[@]}" bench-gpu "BENCH_GPU_ARGS=$*"
     bench=$?
   fi

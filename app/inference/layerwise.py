@@ -18,12 +18,15 @@ the same barriers and one all-reduce whatever its share, so uneven partitions ca
 Every edge is touched once per layer: O(L·|E|) work instead of sampled evaluation's
 O(#seeds · fan-out^L), and the result equals the full-graph forward (no sampling).
 
-The arithmetic runs where the model's weights are (`train.device`). On a GPU the tables stay
-in host memory, where other ranks read them, and chunks are computed on the device: each
-layer's rows are copied there once, the chunks' edge columns (mapped to row positions) are
-kept there for the view's later passes, and each chunk's result is copied back into its
-table (kept buffers are pinned, so those copies run at full speed). Per-chunk work memory on
-the device is bounded by `chunk_size`; the resident part is one layer's rows and the edges.
+The arithmetic runs where the model's weights are (`train.device`). One process (a view that
+holds every row, `LocalBackend`) keeps its layer tables where it computes when they fit there
+(`_place`): on a GPU nothing but the inputs (unless already there) and the edges (once per view)
+crosses to the device, and the last layer's argmax comes back. Distributed views keep the tables
+in host memory, where other ranks read them, and compute chunks on the device: each layer's
+rows are copied there once, the chunks' edge columns (mapped to row positions) are kept there
+for the view's later passes, and each chunk's result is copied back into its table (kept
+buffers are pinned, so those copies run at full speed). Per-chunk work memory on the device is
+bounded by `chunk_size`; the resident part is one layer's rows and the edges.
 """
 
 from __future__ import annotations
@@ -151,22 +154,33 @@ class _ReadPlan:
     rows of `fetch` (the other ids it reads: its halo, grouped by owner so each owner's answer
     is one block copy). `mine_pos`: its own nodes as positions in the buffer; `pos_of`: every
     global id's position (-1: not read), which maps a chunk's edge sources to its block's
-    column indices (per chunk: a map of every edge would be 4 bytes an edge, all evaluation).
+    column indices (per chunk: a map of every edge would be 4 bytes an edge, all evaluation);
+    None where this process holds every row of the type in id order (one process: a position
+    is the id, and edges are read as they are).
     """
 
     local: dict[str, int]
     fetch: dict[str, Tensor]
     mine_pos: dict[str, Tensor]
-    pos_of: dict[str, Tensor]
+    pos_of: dict[str, Tensor | None]
 
 
 def _plan(view: GraphView) -> _ReadPlan:
-    """The view's `_ReadPlan`: O(nodes + edges), one id -> position map per node type."""
+    """The view's `_ReadPlan`: O(nodes + edges), one id -> position map per node type (none
+    where this process holds every row: nothing to mark, nothing to fetch)."""
     if "plan" not in view.cache:
-        local, fetch, pos_of = {}, {}, {}
+        local: dict[str, int] = {}
+        fetch: dict[str, Tensor] = {}
+        mine_pos: dict[str, Tensor] = {}
+        pos_of: dict[str, Tensor | None] = {}
         for t, mine in view.mine.items():
             n = view.num_nodes[t]
             held = view.backend.local_ids(t, n)
+            if view.backend.holds_all:
+                _check_sources(view, t, n)
+                local[t], fetch[t], pos_of[t] = n, held[:0], None
+                mine_pos[t] = mine.long()
+                continue
             mark = torch.zeros(n, dtype=torch.bool)
             mark[mine] = True
             for et, (_, col) in view.edges.items():
@@ -178,16 +192,23 @@ def _plan(view: GraphView) -> _ReadPlan:
             local[t], fetch[t] = held.numel(), wanted[order]
             rows = held.numel() + wanted.numel()
             kind = torch.int32 if rows < 2**31 else torch.long  # 4 bytes a node
-            pos_of[t] = torch.full((n,), -1, dtype=kind)
-            pos_of[t][held] = torch.arange(held.numel(), dtype=kind)
-            pos_of[t][fetch[t]] = torch.arange(held.numel(), rows, dtype=kind)
-        view.cache["plan"] = _ReadPlan(
-            local,
-            fetch,
-            {t: pos_of[t].index_select(0, mine).long() for t, mine in view.mine.items()},
-            pos_of,
-        )
+            pos = torch.full((n,), -1, dtype=kind)
+            pos[held] = torch.arange(held.numel(), dtype=kind)
+            pos[fetch[t]] = torch.arange(held.numel(), rows, dtype=kind)
+            pos_of[t], mine_pos[t] = pos, pos.index_select(0, mine).long()
+        view.cache["plan"] = _ReadPlan(local, fetch, mine_pos, pos_of)
     return view.cache["plan"]
+
+
+def _check_sources(view: GraphView, ntype: str, n: int) -> None:
+    """Every edge source of type `ntype` is a row id in [0, n) (read unmapped: an id out of
+    range would be read past the rows), else an error naming it."""
+    for et, (_, col) in view.edges.items():
+        if et[0] == ntype and col.numel():
+            low, high = (int(v) for v in torch.aminmax(col))
+            if low < 0 or high >= n:
+                bad = low if low < 0 else high
+                raise IndexError(f"{et}: node id {bad} out of range [0, {n})")
 
 
 def _shard(table: Any) -> Tensor:
@@ -208,19 +229,27 @@ class _Buffers:
     KB on this VM's two busy cores: products' ~0.8 GB a trainer, ~1.7 s). The price: training
     holds them too, and a pass holds each buffer it took until it ends (two-layer models:
     what they hold at their peak anyway). `keep=False`: plain allocations, freed with their
-    last reference."""
+    last reference.
 
-    def __init__(self, keep: bool, pin: bool = False) -> None:
-        self.keep, self.pin = keep, pin  # pin: kept buffers in page-locked memory (GPU copies)
+    `device`: where the buffers live (`_place`): where the pass computes when the view's tables
+    are this process's alone, else host memory; `pin`: kept host buffers page-locked (a GPU
+    pass copies chunks to and from them)."""
+
+    def __init__(self, keep: bool, pin: bool = False, device: torch.device | None = None) -> None:
+        self.keep, self.pin = keep, pin
+        self.device = torch.device("cpu") if device is None else device
         self.free: dict[tuple[Any, ...], list[Tensor]] = {}
         self.lent: list[Tensor] = []
 
     def empty(self, *shape: int, dtype: torch.dtype = torch.float32) -> Tensor:
         """An uninitialised tensor of `shape`."""
         if not self.keep:
-            return torch.empty(shape, dtype=dtype)
+            return torch.empty(shape, dtype=dtype, device=self.device)
         kept = self.free.get((*shape, dtype))
-        buf = kept.pop() if kept else torch.empty(shape, dtype=dtype, pin_memory=self.pin)
+        if kept:
+            buf = kept.pop()
+        else:
+            buf = torch.empty(shape, dtype=dtype, device=self.device, pin_memory=self.pin)
         self.lent.append(buf)
         return buf
 
@@ -331,14 +360,42 @@ def _device_of(net: nn.Module) -> torch.device:
     return torch.device("cpu") if weight is None else weight.device
 
 
+def _place(view: GraphView, net: LayerwiseNet, device: torch.device) -> torch.device:
+    """Where a pass's buffers (its layer tables) live: where it computes (`device`) when this
+    process holds every row (no other process reads its tables) and they fit there, so no
+    layer is copied to the device and back; else host memory, where other ranks read them."""
+    if view.backend.holds_all and _room(device) >= _need(view, net):
+        return device
+    return torch.device("cpu")
+
+
+def _need(view: GraphView, net: LayerwiseNet) -> int:
+    """Bytes a pass may hold on its device at most: the input rows and, per layer, two
+    padded outputs (the projections) per row, plus the edges (8 bytes each)."""
+    floats = 2 * sum(
+        net.inference_width(layer) + LINE_FLOATS for layer in range(net.num_inference_layers)
+    )
+    widths = {t: int(x.shape[1]) if x.dim() > 1 else 1 for t, x in view.inputs.items()}
+    rows = sum(n * (floats + widths.get(t, 0)) for t, n in view.num_nodes.items())
+    return 4 * rows + 8 * sum(int(col.numel()) for _, col in view.edges.values())
+
+
+def _room(device: torch.device) -> int:
+    """Free bytes on `device` (host memory is where the buffers go anyway: unbounded)."""
+    if device.type != "cuda":
+        return 1 << 62
+    free, _ = torch.cuda.mem_get_info(device)
+    return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+
+
 def _to(device: torch.device, rows: Any) -> Any:
-    """A layer's rows (a tensor, `SplitRows`, or a pair of them) as one tensor each on
-    `device` (nothing copied on the CPU)."""
-    if device.type == "cpu":
-        return rows
+    """A layer's rows (a tensor, `SplitRows`, or a pair of them) on `device`: rows already
+    there as they are (split rows read in place), others as one tensor each."""
     if isinstance(rows, tuple):
         return tuple(_to(device, r) for r in rows)
     if isinstance(rows, SplitRows):
+        if rows.head.device == rows.tail.device == device:
+            return rows
         whole = torch.empty(len(rows.head) + len(rows.tail), *rows.head.shape[1:], device=device)
         whole[: len(rows.head)].copy_(rows.head)
         whole[len(rows.head) :].copy_(rows.tail)
@@ -368,10 +425,11 @@ class _Run:
             raise ValueError(f"node types {missing} have neither features nor embeddings")
         self.plan = _plan(view)
         self.device = _device_of(net)
-        self.buffers = _Buffers(False)  # this pass's own, or the view's kept ones
-        if keep_buffers:
-            pin = self.device.type == "cuda"
-            self.buffers = view.cache.setdefault("buffers", _Buffers(True, pin))
+        place = _place(view, net, self.device)
+        self.buffers = _Buffers(False, device=place)  # this pass's own, or the view's kept ones
+        if keep_buffers:  # page-locked: host buffers a pass on a device copies to and from
+            kept = _Buffers(True, place != self.device, place)
+            self.buffers = view.cache.setdefault(f"buffers/{place}", kept)
 
     def _read(self, table: Any, ntype: str, buf: Tensor | None = None) -> Tensor | SplitRows:
         """The layer rows of `table` (see `_ReadPlan`): its local rows, then the fetched ones.
@@ -533,13 +591,13 @@ class _Run:
         Every chunk reads the layer's `rows` in place (its blocks index them by position): no
         per-chunk copy of source rows, whatever the chunk size.
         """
-        mine, on_cpu = self.view.mine[ntype], self.device.type == "cpu"
+        mine, in_place = self.view.mine[ntype], self.buffers.device == self.device
         for start in range(0, mine.numel(), self.chunk):
             stop = min(start + self.chunk, mine.numel())
             lead = self.plan.mine_pos[ntype][start:stop]  # the targets' own rows
             at = lead.to(self.device)
             inputs = {et: (rows[et[0]], self._block(et, start, stop, at, degrees)) for et in ets}
-            dest = sink.dest(lead) if on_cpu else None  # the sinks are in host memory
+            dest = sink.dest(lead) if in_place else None  # else the sinks are in host memory
             result = self.typed.layer(layer, rows[ntype], at, inputs, dest)
             sink.put(mine[start:stop], lead, result, dest)
 
@@ -550,9 +608,9 @@ class _Run:
         their type's buffer), over every row of the source type's buffer."""
         crow, col = self.view.edges[et]
         lo, hi = int(crow[start]), int(crow[stop])
-        src = et[0]
-        if self.device.type == "cpu":
-            cols = self.plan.pos_of[src].index_select(0, col[lo:hi])
+        src, pos_of = et[0], self.plan.pos_of[et[0]]
+        if crow.device == col.device == self.device:  # each chunk maps its own (if any map)
+            cols = col[lo:hi] if pos_of is None else pos_of.index_select(0, col[lo:hi])
         else:
             crow, cols = self._device_edges(et)
             cols = cols[lo:hi]
@@ -566,13 +624,14 @@ class _Run:
 
     def _device_edges(self, et: EdgeType) -> tuple[Tensor, Tensor]:
         """`et`'s CSR on the pass's device with columns as row positions (`_ReadPlan.pos_of`),
-        mapped there once per view and device and kept for later passes (on the CPU each
-        chunk maps its own: a map of every edge would be 4 bytes an edge, all evaluation)."""
+        moved (columns already there are not) and mapped there once per view and device, and
+        kept for later passes (where the edges lie, each chunk maps its own: a map of every
+        edge would be 4 bytes an edge, all evaluation)."""
         key = f"edges/{self.device}/{et}"
         if key not in self.view.cache:
             crow, col = self.view.edges[et]
-            pos_of = self.plan.pos_of[et[0]].to(self.device)
-            cols = pos_of.index_select(0, col.to(self.device))
+            pos_of, col = self.plan.pos_of[et[0]], col.to(self.device)
+            cols = col if pos_of is None else pos_of.to(self.device).index_select(0, col)
             self.view.cache[key] = (crow.to(self.device), cols)
         return self.view.cache[key]
 
@@ -598,14 +657,18 @@ class NodeRows:
         self.view, self.tables, self.width, self.buffers = view, tables, width, buffers
         self.device = device
 
-    def host_rows(self, ids: Tensor, ntype: str | None = None) -> Tensor:
+    def gather(self, ids: Tensor, ntype: str | None = None) -> Tensor:
+        """The rows of `ids`, where the tables are (the pass's buffers)."""
         ntype = ntype or self.view.target
         if ntype not in self.tables:
             raise ValueError(f"the last layer produces no rows for node type {ntype!r}")
         return self.tables[ntype][torch.as_tensor(ids, dtype=torch.long)][:, : self.width]
 
+    def host_rows(self, ids: Tensor, ntype: str | None = None) -> Tensor:
+        return self.gather(ids, ntype).cpu()
+
     def rows(self, ids: Tensor, ntype: str | None = None) -> Tensor:
-        return self.host_rows(ids, ntype).to(self.device)
+        return self.gather(ids, ntype).to(self.device)
 
     def shard(self, ntype: str) -> Tensor:
         """The rows of `ntype` this process holds (see `_shard`)."""
@@ -663,13 +726,13 @@ def layerwise_link_scores(
 
 
 def _own_rows(rows: NodeRows, view: GraphView) -> Tensor:
-    """The rows of this process's targets, `view.mine[view.target]`, in host memory."""
+    """The rows of this process's targets, `view.mine[view.target]`, where the tables are."""
     shard = rows.shard(view.target)
     if range_start(_plan(view).mine_pos[view.target]) == 0 and shard.size(0) == len(
         view.mine[view.target]
     ):
         return shard  # this process holds exactly its targets' rows, in order: no copy
-    return rows.host_rows(view.mine[view.target])
+    return rows.gather(view.mine[view.target])
 
 
 @torch.no_grad()
@@ -684,7 +747,8 @@ def layerwise_logits(
     rows = layerwise_embeddings(model, view, chunk_size, keep_buffers)
     try:
         logits = _own_rows(rows, view)
-        return logits.clone() if keep_buffers else logits  # a kept buffer is written again
+        host = logits.cpu()  # a copy unless the rows are in host memory already
+        return host.clone() if keep_buffers and host is logits else host  # kept: written again
     finally:
         rows.close()
 
@@ -709,7 +773,7 @@ def evaluate_layerwise(
     """`{"<split>_acc": ...}` over all ranks from layer-wise logits (collective, like above)."""
     rows = layerwise_embeddings(model, view, chunk_size, keep_buffers)
     try:
-        right = row_argmax(_own_rows(rows, view)) == view.labels
+        right = row_argmax(_own_rows(rows, view)).cpu() == view.labels  # argmax where they are
     finally:
         rows.close()
     counts = torch.zeros(2 * len(splits), dtype=torch.float64)

@@ -27,7 +27,7 @@ from torch_geometric.data import Data, HeteroData
 from app.contract import EVAL_SPLITS
 from app.distributed.context import DistContext
 from app.distributed.tensor import DistTensor, shard_ids, unregister
-from app.model.ops import group_by
+from app.model.ops import in_csr
 from app.partition.reader import PartitionData
 
 NODE = "_N"
@@ -38,6 +38,8 @@ _ROUNDS = itertools.count()  # distinct DistTensor names per evaluation (same or
 
 class LocalBackend:
     """One process: tables are dense tensors, collectives are no-ops."""
+
+    holds_all = True  # every row of every table, in id order; no other process reads them
 
     def local_ids(self, ntype: str, num_rows: int) -> Tensor:
         """The ids whose rows this process holds, in shard order: all of them."""
@@ -66,6 +68,8 @@ class DistBackend:
     Every trainer runs the same sequence of `new_table` / `barrier` / `all_reduce` calls, so
     uneven partitions (or a trainer with no nodes) cannot make one wait for another forever.
     """
+
+    holds_all = False  # a shard per partition, in host memory, read by the other trainers
 
     def __init__(self, books: dict[str, Any], part_id: int, is_owner: bool) -> None:
         if not torch.distributed.is_initialized():
@@ -150,9 +154,9 @@ class GraphView:
         self.owned_tables.clear()
 
 
-def _csr(edge_index: Tensor, num_dst: int) -> tuple[Tensor, Tensor]:
-    perm, crow = group_by(edge_index[1], num_dst)
-    return crow, edge_index[0] if perm is None else edge_index[0][perm]
+def _csr(edge_index: Tensor, num_src: int, num_dst: int) -> tuple[Tensor, Tensor]:
+    """The in-edge CSR of `edge_index` (sources in int32 where ids fit; see `in_csr`)."""
+    return in_csr(edge_index, num_src, num_dst)
 
 
 def _labelled_type(data: HeteroData) -> str:
@@ -175,15 +179,25 @@ def _mask_ids(store: Any) -> dict[str, Tensor]:
     }
 
 
-def local_view(data: Data | HeteroData) -> GraphView:
-    """The whole graph in this process (single-process training, or a test's reference)."""
+def local_view(
+    data: Data | HeteroData, edges: tuple[Tensor, Tensor] | None = None, x: Tensor | None = None
+) -> GraphView:
+    """The whole graph in this process (single-process training, or a test's reference).
+
+    A homogeneous graph's view may take what a caller already holds instead of building it:
+    `edges`, its in-edge CSR `(crow in host memory, col anywhere)` in `in_csr`'s stable order
+    (a sampler's CSC is: to_csc sorts the same way), and `x`, its float32 features anywhere
+    (e.g. already on the GPU), so the first evaluation neither sorts the edges nor copies them
+    nor the features to the device."""
     if isinstance(data, HeteroData):
         target = _labelled_type(data)
         nums = {t: int(data[t].num_nodes) for t in data.node_types}
         return GraphView(
             num_nodes=nums,
             mine={t: torch.arange(n) for t, n in nums.items()},
-            edges={et: _csr(data[et].edge_index, nums[et[-1]]) for et in data.edge_types},
+            edges={
+                et: _csr(data[et].edge_index, nums[et[0]], nums[et[-1]]) for et in data.edge_types
+            },
             inputs={t: data[t].x.float() for t in data.node_types if "x" in data[t]},
             degree={},
             target=target,
@@ -193,12 +207,17 @@ def local_view(data: Data | HeteroData) -> GraphView:
             is_hetero=True,
         )
     n = int(data.num_nodes)
-    crow, col = _csr(data.edge_index, n)
+    crow, col = _csr(data.edge_index, n, n) if edges is None else edges
+    if crow.numel() != n + 1 or col.numel() != data.edge_index.size(1):
+        raise ValueError(
+            f"edges: a CSR of {crow.numel() - 1} nodes and {col.numel()} edges, but the graph "
+            f"has {n} nodes and {data.edge_index.size(1)} edges"
+        )
     return GraphView(
         num_nodes={NODE: n},
         mine={NODE: torch.arange(n)},
         edges={EDGE: (crow, col)},
-        inputs={NODE: data.x.float()},
+        inputs={NODE: data.x.float() if x is None else x},
         degree={EDGE: (crow[1:] - crow[:-1]).to(torch.float32).unsqueeze(1)},
         target=NODE,
         labels=_labels(data),

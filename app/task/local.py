@@ -50,6 +50,7 @@ class LocalSource(GraphSource):
         self._sampler: Any = None  # the node loaders' shared torch sampler (sampler.device)
         self._rows: dict[str, Any] | None = None  # ... and their device features
         self._sampler_device: torch.device | None = None
+        self._graph_sampler: Any = None  # a node loader's sampler: its CSC is of `data`
 
     def schema(self) -> Schema:
         d = self.data
@@ -69,8 +70,25 @@ class LocalSource(GraphSource):
     def _make_view(self) -> Any:
         from app.inference import local_view
 
-        link = self.cfg.train.objective == "link"  # link tasks pass messages on train edges only
-        return local_view(self._link_split()[0] if link else self.data)
+        if self.cfg.train.objective == "link":  # link tasks pass messages on train edges only
+            return local_view(self._link_split()[0])
+        return local_view(self.data, **self._held_for_view())
+
+    def _held_for_view(self) -> dict[str, Any]:
+        """What the node loaders' sampler and device features already hold of the graph (its
+        CSC: the view's in-edge CSR, the same stable order, its sources where the sampler
+        reads them; every row of `x` where the batches read it), so the layer-wise view
+        builds and copies neither."""
+        held: dict[str, Any] = {}
+        sampler = self._graph_sampler
+        if sampler is not None and not sampler.is_hetero:
+            tensors = sampler.tensors
+            row = torch.from_numpy(sampler.row) if tensors is None else tensors.row
+            held["edges"] = (torch.from_numpy(sampler.colptr), row)
+        x = (self._rows or {}).get("x")
+        if x is not None and x.whole and x.cache.dtype == torch.float32:
+            held["x"] = x.cache
+        return held
 
     def node_seeds(self, split: str, node_type: str | None) -> Tensor:
         store = self.data if node_type is None else self.data[node_type]
@@ -150,7 +168,7 @@ class LocalSource(GraphSource):
         from app.loader import NeighborLoader
 
         s = self.cfg.sampler
-        return NeighborLoader(
+        loader = NeighborLoader(
             self.data,
             s.num_neighbors,
             input_nodes=seeds if node_type is None else (node_type, seeds),
@@ -161,6 +179,8 @@ class LocalSource(GraphSource):
             **self._feeding(),
             **self._on_device(),
         )
+        self._graph_sampler = loader.sampler
+        return loader
 
     def _on_device(self) -> dict[str, Any]:
         """The torch sampler and the device features, when the torch twin samples."""

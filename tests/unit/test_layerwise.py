@@ -224,7 +224,77 @@ def test_kept_buffers_serve_the_next_pass_exactly(graph, kind):
         model = SampledGNN(kind, graph.x.size(1), 16, 3, 2, heads=2).eval()
         got = layerwise_logits(model, view, 23, keep_buffers=True)
         assert rel_err(got, model(graph.x, graph.edge_index)) < 1e-4
-        kept = view.cache["buffers"]
+        kept = view.cache["buffers/cpu"]  # where the pass computes: one process holds every row
         assert not kept.lent
         taken.append({id(b) for bufs in kept.free.values() for b in bufs})
     assert taken[0] and taken[0] == taken[1]
+
+
+def test_one_process_tables_are_the_kept_buffers_where_it_computes(graph):
+    """A view that holds every row reads edges unmapped (no id -> position map: positions are
+    ids) and keeps its layer tables in the buffers where the pass computes (unpinned): the
+    last layer's table IS a kept buffer, so nothing is copied into host tables."""
+    from app.inference.layerwise import _plan, layerwise_embeddings
+    from app.inference.view import NODE
+
+    view = local_view(graph)
+    model = model_of("gcn", graph).eval()  # no projection: the last layer writes a table
+    rows = layerwise_embeddings(model, view, 23, keep_buffers=True)
+    try:
+        plan = _plan(view)
+        assert plan.pos_of[NODE] is None and not plan.fetch[NODE].numel()
+        assert torch.equal(plan.mine_pos[NODE], torch.arange(graph.num_nodes))
+        kept = view.cache["buffers/cpu"]
+        assert kept.device == torch.device("cpu") and not kept.pin
+        table = rows.tables[NODE]
+        assert any(table.data_ptr() == b.data_ptr() for b in kept.lent)
+        ref = model(graph.x, graph.edge_index)
+        assert rel_err(rows.host_rows(torch.arange(graph.num_nodes)), ref) < 1e-4
+    finally:
+        rows.close()
+
+
+def test_an_edge_source_out_of_range_is_one_clear_error(graph):
+    view = local_view(graph)
+    crow, col = view.edges[("_N", "_E", "_N")]
+    bad = col.clone()
+    bad[3] = graph.num_nodes + 5
+    view.edges[("_N", "_E", "_N")] = (crow, bad)
+    with pytest.raises(IndexError, match=f"node id {graph.num_nodes + 5} out of range"):
+        layerwise_logits(model_of("sage", graph), view, 50)
+
+
+@pytest.mark.parametrize("kernels", ["torch", "numba"])
+def test_a_jobs_view_reuses_its_samplers_csc_and_device_rows(tmp_path, monkeypatch, kernels):
+    """A node job's layer-wise view reads its loaders' sampler's CSC in place (no sort, no
+    copy): on the torch sampler (a GPU's path; DISTGNN_KERNELS=torch on the CPU) its tensors
+    and the device features too, on the numba sampler its host arrays. They equal what
+    `local_view` builds, so the logits are the same."""
+    from app.config import Config, DatasetConfig, ModelConfig, validate
+    from app.inference.view import EDGE
+    from app.model import ops
+    from app.task.local import LocalSource
+
+    monkeypatch.setenv(ops.KERNELS_ENV, kernels)
+    cfg = Config(output_dir=str(tmp_path))
+    cfg.partition.num_parts = 1
+    cfg.dataset = DatasetConfig(root=str(tmp_path / "data"), num_nodes=200, num_features=8)
+    cfg.dataset.num_classes = 3
+    cfg.model = ModelConfig(hidden_channels=16, num_layers=2)
+    cfg.sampler.num_neighbors = [5, 5]
+    graph = toy_graph(200)
+    source = LocalSource(validate(cfg), graph)
+    loader = source.node_loader("train", torch.arange(50), None)
+    view, built = source.inference_view(), local_view(graph)
+    (crow, col), (want_crow, want_col) = view.edges[EDGE], built.edges[EDGE]
+    if kernels == "torch":
+        assert col.data_ptr() == loader.sampler.tensors.row.data_ptr()
+        assert view.inputs["_N"].data_ptr() == source._rows["x"].cache.data_ptr()
+    else:
+        assert col.data_ptr() == loader.sampler.row.ctypes.data and source._rows is None
+    assert torch.equal(crow, want_crow) and torch.equal(col, want_col.long())
+    model = model_of("sage", graph).eval()
+    want = layerwise_logits(model, built, 37)
+    assert torch.equal(layerwise_logits(model, view, 37), want)
+    with pytest.raises(ValueError, match="a CSR of 199 nodes"):
+        local_view(graph, edges=(crow[:-1], col))

@@ -78,6 +78,25 @@ def test_group_ptr_and_sort_groups_equal(monkeypatch):
     assert torch.equal(ca, a) and torch.equal(cb, a)
 
 
+def test_in_csr_equals_group_by_order(monkeypatch):
+    """The in-edge CSR written in one pass: `group_by`'s stable order, int32 sources, on both
+    kernels; an edge with an endpoint out of range is one error naming it."""
+    gen = torch.Generator().manual_seed(5)
+    edges = torch.stack([torch.randint(0, 70, (4000,), generator=gen),
+                         torch.randint(0, 50, (4000,), generator=gen)])  # fmt: skip
+    perm, ptr = ops.group_by(edges[1], 60)
+    (ca, sa), (cb, sb) = both(monkeypatch, lambda: ops.in_csr(edges, 70, 60))
+    assert sa.dtype == sb.dtype == torch.int32
+    assert torch.equal(ca, ptr) and torch.equal(cb, ptr)
+    assert torch.equal(sa.long(), edges[0][perm]) and torch.equal(sa, sb)
+    for mode in ("numba", "torch"):
+        monkeypatch.setenv(ops.KERNELS_ENV, mode)
+        for wrong, message in (([[1, 70], [2, 3]], r"edge 1 \(70 -> 3\)"),
+                               ([[1, 3], [2, -1]], r"edge 1 \(3 -> -1\)")):  # fmt: skip
+            with pytest.raises(IndexError, match=message):
+                ops.in_csr(torch.tensor(wrong), 70, 60)
+
+
 def test_argmax_and_marking_equal(monkeypatch):
     torch.manual_seed(0)
     wide = torch.randint(-3, 3, (500, 8)).float()  # many ties: the first maximum wins

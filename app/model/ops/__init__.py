@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
+import torch
 from torch import Tensor
 
 from app.config import KERNELS_ENV, kernels_forced
@@ -28,6 +29,7 @@ __all__ = [
     "group_by",
     "group_ptr",
     "sort_groups",
+    "in_csr",
     "mark_ids",
     "row_argmax",
     "spmm",
@@ -83,6 +85,25 @@ def sort_groups(keys: Tensor, n: int) -> tuple[Tensor, Tensor]:
     """`group_by` without its check for keys already sorted (on a GPU a read-back), for
     keys known to be unsorted or checked by the caller: always a permutation."""
     return _ops(keys).group_by(keys, n)
+
+
+def in_csr(edge_index: Tensor, num_src: int, num_dst: int) -> tuple[Tensor, Tensor]:
+    """(crow [num_dst + 1] int64, col) of the edges `edge_index[0] -> edge_index[1]` grouped
+    by destination, each node's sources in edge order (`group_by`'s stable order), `col` in
+    int32 where source ids fit (half the bytes; every consumer of a CSR takes either). One
+    pass writes `col` (no permutation nor gather of every edge); an id out of range is an
+    error that names it."""
+    src, dst = edge_index[0], edge_index[1]
+    crow = torch.zeros(num_dst + 1, dtype=torch.int64, device=edge_index.device)
+    kind = torch.int32 if num_src < 2**31 else torch.int64
+    col = torch.empty(src.numel(), dtype=kind, device=edge_index.device)
+    bad = _ops(edge_index).in_csr(src, dst, num_src, crow, col)
+    if bad >= 0:
+        raise IndexError(
+            f"edge {bad} ({int(src[bad])} -> {int(dst[bad])}) out of range: sources "
+            f"[0, {num_src}), destinations [0, {num_dst})"
+        )
+    return crow, col
 
 
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:

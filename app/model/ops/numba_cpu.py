@@ -92,6 +92,28 @@ def _counting_sort(keys, n):  # pragma: no cover - compiled
 
 
 @numba.njit(nogil=True, cache=True)
+def _in_csr(src, dst, num_src, crow, col):  # pragma: no cover - compiled
+    """`crow` (zeros [n + 1] on entry) and `col` of the edges `src -> dst` grouped by
+    destination, each node's sources in edge order (a stable counting sort written straight
+    into `col`, whatever its dtype: no permutation, no gather). Returns the first edge with
+    an endpoint out of range (nothing written then), or -1."""
+    n = crow.shape[0] - 1
+    for e in range(dst.shape[0]):
+        d, s = dst[e], src[e]
+        if d < 0 or d >= n or s < 0 or s >= num_src:
+            return e
+        crow[d + 1] += 1
+    for i in range(n):
+        crow[i + 1] += crow[i]
+    fill = crow[:-1].copy()
+    for e in range(dst.shape[0]):
+        d = dst[e]
+        col[fill[d]] = src[e]
+        fill[d] += 1
+    return -1
+
+
+@numba.njit(nogil=True, cache=True)
 def _mark(ids, flags):  # pragma: no cover - compiled
     """flags[ids] = True up to the first id out of range; returns its position, or -1."""
     n = flags.shape[0]
@@ -166,6 +188,10 @@ def mark_ids(ids: Tensor, flags: Tensor) -> int:
     return int(_mark(ids.numpy(), flags.numpy()))
 
 
+def in_csr(src: Tensor, dst: Tensor, num_src: int, crow: Tensor, col: Tensor) -> int:
+    return int(_in_csr(src.numpy(), dst.numpy(), num_src, crow.numpy(), col.numpy()))
+
+
 def row_argmax(rows: Tensor) -> Tensor:
     out = np.empty(rows.size(0), np.int64)
     _argmax(rows.detach().numpy(), out)
@@ -187,6 +213,8 @@ def warm() -> None:
         _csr_spmm(crow, col, np.ones(2, np.float32), h, out)
         _csr_mean(crow, col, h, h[:0], out)
         _mark(col, np.zeros(2, np.bool_))
+        _in_csr(np.array([1, 0], np.int64), np.array([0, 0], np.int64), 2, np.zeros(3, np.int64),
+                np.empty(2, index))  # fmt: skip
     _counting_sort(np.array([1, 0], np.int64), 2)
     rows = np.ones((2, 2), np.float32)
     for view in (rows, rows[:, :1]):  # whole rows, and the leading columns of wider ones

@@ -55,6 +55,17 @@ def dropout(x: Tensor, p: float) -> Tensor:
     return F.dropout(x, p, training=True)
 
 
+def in_csr(src: Tensor, dst: Tensor, num_src: int, crow: Tensor, col: Tensor) -> int:
+    n = crow.numel() - 1
+    bad = ((dst < 0) | (dst >= n) | (src < 0) | (src >= num_src)).nonzero()
+    if bad.numel():
+        return int(bad[0])
+    perm, ptr = group_by(dst, n)
+    crow.copy_(ptr)
+    col.copy_(src[perm])
+    return -1
+
+
 def mark_ids(ids: Tensor, flags: Tensor) -> int:
     bad = ((ids < 0) | (ids >= flags.numel())).nonzero()
     if bad.numel():
