@@ -17,9 +17,10 @@ the field's published one, fan-out [15, 10, 5] with SAGE 3x256 (PyG's and DGL's 
    time, data wait, sampled edges/s (of the training epoch), later evaluation and test
    accuracy, epoch 0's (first) evaluation, and how busy the GPU was in the last training
    epoch (`nvidia-smi` every 100 ms, cut by the epoch lines' timestamps).
-3. 20 GPU-sampled training steps per workload under `torch.profiler`: the GPU's busy share, the
-   host's waits for the device per step, and the operations taking the most GPU and CPU time
-   (where the remaining gap is).
+3. 20 GPU-sampled training steps per workload under `torch.profiler`: the step's wall time,
+   the GPU's busy share, the host's waits for the device per step, and the operations taking
+   the most GPU and CPU time (where the remaining gap is); once with the caching allocator's
+   default settings, once with `expandable_segments:True` (`ALLOCATOR`).
 4. Per workload, the GPU-sampled job's first layer-wise evaluation phase by phase against a
    later one (`python -m bench.first_eval --device=cuda --sampler=cuda`, its records
    `first_eval/...`; at most `FIRST_EVAL_TIMEOUT_S` each).
@@ -57,6 +58,10 @@ WORKLOADS = {  # name -> (fan-out, job overrides)
     ),
 }
 PROFILE_STEPS = 20
+# the caching allocator's settings part 3 profiles under: torch's default, and segments that
+# grow in place (batches' tensors change size every step; a size no cached block fits costs a
+# cudaMalloc, and freeing cached blocks to make room a device-wide synchronisation)
+ALLOCATOR = {"default": "expandable_segments:False", "expandable": "expandable_segments:True"}
 GPU_THREADS = 2  # the GPU sampler's threads, a CUDA stream each
 JOB_TIMEOUT_S = 300  # a job that outlives it is reported, and the bench goes on
 FIRST_EVAL_TIMEOUT_S = 60  # one bench.first_eval run (data load, loader, two evaluations)
@@ -270,13 +275,30 @@ def profile_steps(data, extra: list[str], nodes: int, steps: int = PROFILE_STEPS
 
 
 def _profile(data: Any, scale: str, name: str, extra: list[str], nodes: int) -> None:
-    prof = profile_steps(data, extra, nodes)
-    record(BENCH, f"{scale}_{name}_profile_gpu_busy_frac", prof["gpu_busy_frac"], "")
-    waits = prof["host_waits"] / PROFILE_STEPS
-    record(BENCH, f"{scale}_{name}_profile_host_waits_per_step", waits, "")
-    for kind in ("top_gpu", "top_cpu"):
-        shown = ", ".join(f"{key} {secs * 1e3:.1f} ms" for key, secs in prof[kind])
-        print(f"{BENCH:<22} {name} {kind} over {PROFILE_STEPS} steps: {shown}", flush=True)
+    """`profile_steps` under each of `ALLOCATOR`'s settings, in turn (the caching allocator
+    reads its settings at each new segment, so the cache is emptied between them)."""
+
+    for setting, conf in ALLOCATOR.items():
+        _allocator(conf)
+        prof = profile_steps(data, extra, nodes)
+        tag = f"{scale}_{name}_profile" + ("" if setting == "default" else f"_{setting}")
+        record(BENCH, f"{tag}_step_ms", prof["wall_s"] * 1e3 / PROFILE_STEPS, "ms")
+        record(BENCH, f"{tag}_gpu_busy_frac", prof["gpu_busy_frac"], "")
+        record(BENCH, f"{tag}_host_waits_per_step", prof["host_waits"] / PROFILE_STEPS, "")
+        for kind in ("top_gpu", "top_cpu"):
+            shown = ", ".join(f"{key} {secs * 1e3:.1f} ms" for key, secs in prof[kind])
+            print(f"{BENCH:<22} {name} {setting} {kind} over {PROFILE_STEPS} steps: {shown}",
+                  flush=True)  # fmt: skip
+    _allocator(ALLOCATOR["default"])
+
+
+def _allocator(conf: str) -> None:
+    """Set the CUDA caching allocator's settings in this process (torch's private call, named
+    `_accelerator_setAllocatorSettings` from 2.13 on)."""
+    import torch
+
+    setter = getattr(torch._C, "_accelerator_setAllocatorSettings", None)
+    (setter or torch.cuda.memory._set_allocator_settings)(conf)
 
 
 def _guarded(what: str, step: Callable[..., None], *args: Any) -> None:
