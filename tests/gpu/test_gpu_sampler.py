@@ -8,7 +8,6 @@ CPU tensors; these prove it where it is meant to run.
 from __future__ import annotations
 
 import re
-import warnings
 
 import numpy as np
 import pytest
@@ -21,6 +20,7 @@ from app.sampler import torch_kernel
 from app.sampler.csc import to_csc
 from app.sampler.neighbor import NeighborSampler
 from app.task.metrics import EpochStats
+from bench.readbacks import host_waits
 from tests.helpers.jobs import run_app
 from tests.helpers.samples import check_valid_sample, simple_graph
 
@@ -111,20 +111,6 @@ def test_step_metrics_are_summed_without_a_host_sync():
         torch.cuda.set_sync_debug_mode("default")
     stats.settle()
     assert (stats.loss_sum, stats.correct, stats.seeds) == (6.0, 9.0, 12.0)
-
-
-def host_waits(fn) -> int:
-    """How many times `fn()` makes the host wait for the GPU (`set_sync_debug_mode("warn")`
-    warns at each synchronizing call)."""
-    torch.cuda.synchronize()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            fn()
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-    return sum("synchronizing" in str(w.message) for w in caught)
 
 
 def test_a_gpu_sample_waits_once_per_hop_and_once_more_and_a_gather_at_most_once(graph):
