@@ -20,8 +20,8 @@ O(#seeds · fan-out^L), and the result equals the full-graph forward (no samplin
 
 The arithmetic runs where the model's weights are (`train.device`). One process (a view that
 holds every row, `LocalBackend`) keeps its layer tables where it computes when they fit there
-(`_place`): on a GPU nothing but the inputs (unless already there) and the edges (once per view)
-crosses to the device, and the last layer's argmax comes back. Distributed views keep the tables
+(`_place`): on a GPU nothing but the inputs and the edges (once per view, unless already
+there) crosses to the device, and the last layer's argmax comes back. Distributed views keep the tables
 in host memory, where other ranks read them, and compute chunks on the device: each layer's
 rows are copied there once, the chunks' edge columns (mapped to row positions) are kept there
 for the view's later passes, and each chunk's result is copied back into its table (kept
@@ -388,6 +388,16 @@ def _room(device: torch.device) -> int:
     return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
 
 
+def _resident_inputs(view: GraphView, device: torch.device) -> dict[str, Tensor]:
+    """The view's input rows on `device`, copied there once per view and kept for later passes
+    (with kept tables on the device, the inputs are all a pass would copy; on the CPU, or for
+    inputs already there, nothing is copied)."""
+    key = f"inputs/{device}"
+    if key not in view.cache:
+        view.cache[key] = {t: x.to(device) for t, x in view.inputs.items()}
+    return view.cache[key]
+
+
 def _to(device: torch.device, rows: Any) -> Any:
     """A layer's rows (a tensor, `SplitRows`, or a pair of them) on `device`: rows already
     there as they are (split rows read in place), others as one tensor each."""
@@ -430,6 +440,8 @@ class _Run:
         if keep_buffers:  # page-locked: host buffers a pass on a device copies to and from
             kept = _Buffers(True, place != self.device, place)
             self.buffers = view.cache.setdefault(f"buffers/{place}", kept)
+            if view.backend.holds_all and place == self.device:  # tables here: inputs too
+                self.inputs.update(_resident_inputs(view, place))
 
     def _read(self, table: Any, ntype: str, buf: Tensor | None = None) -> Tensor | SplitRows:
         """The layer rows of `table` (see `_ReadPlan`): its local rows, then the fetched ones.

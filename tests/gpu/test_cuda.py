@@ -107,16 +107,21 @@ def test_layerwise_on_cuda_equals_cpu(kind, keep):
 
 
 def test_one_process_layerwise_on_cuda_keeps_its_tables_there():
-    """One process on a GPU with room: the kept buffers (the layer tables) are on the GPU, no
-    page-locked host buffer is made, and the logits still equal the CPU's."""
+    """One process on a GPU with room: the kept buffers (the layer tables) and the inputs are
+    on the GPU, no page-locked host buffer is made, and the logits still equal the CPU's."""
     data, model = layerwise_case("sage")
     view = local_view(data)
     want = layerwise_logits(model, view, 37)
     got = layerwise_logits(model.to("cuda"), view, 37, True)
     torch.testing.assert_close(got, want, **TOL)
-    kept = view.cache[f"buffers/{torch.device('cuda', torch.cuda.current_device())}"]
+    gpu = torch.device("cuda", torch.cuda.current_device())
+    kept = view.cache[f"buffers/{gpu}"]
     bufs = [b for bs in kept.free.values() for b in bs]
     assert bufs and all(b.is_cuda for b in bufs) and "buffers/cpu" not in view.cache
+    x = view.cache[f"inputs/{gpu}"]["_N"]  # copied once, read in place by the next pass
+    assert x.is_cuda and torch.equal(x.cpu(), data.x.float())
+    torch.testing.assert_close(layerwise_logits(model, view, 37, True), want, **TOL)
+    assert view.cache[f"inputs/{gpu}"]["_N"] is x
 
 
 def test_layerwise_link_scores_on_cuda():

@@ -246,6 +246,7 @@ def test_one_process_tables_are_the_kept_buffers_where_it_computes(graph):
         assert torch.equal(plan.mine_pos[NODE], torch.arange(graph.num_nodes))
         kept = view.cache["buffers/cpu"]
         assert kept.device == torch.device("cpu") and not kept.pin
+        assert view.cache["inputs/cpu"][NODE] is view.inputs[NODE]  # kept beside: no copy here
         table = rows.tables[NODE]
         assert any(table.data_ptr() == b.data_ptr() for b in kept.lent)
         ref = model(graph.x, graph.edge_index)
