@@ -95,8 +95,8 @@ def sample_hop(
     (`neighbor_sample` reads them with the previous hop's count); else they are read here, the
     hop's one read-back."""
     device = csc.device
-    start = csc.colptr[frontier]
-    deg = csc.colptr[frontier + 1] - start
+    start = csc.colptr.index_select(0, frontier)
+    deg = csc.colptr.index_select(0, frontier + 1) - start
     take = deg if k < 0 else deg.clamp(max=k)
     total, kept = sizes if sizes is not None else _read(deg.sum(), take.sum())
     if total == 0 or k == 0:
@@ -105,20 +105,24 @@ def sample_hop(
     frontier_ids = torch.arange(frontier.numel(), device=device)
     seg = torch.repeat_interleave(frontier_ids, deg, output_size=total)
     first = torch.cumsum(deg, 0) - deg  # each segment's first entry
-    pos = torch.arange(total, device=device) - first[seg]
-    epos = start[seg] + pos
+    pos = torch.arange(total, device=device) - first.index_select(0, seg)
+    epos = start.index_select(0, seg) + pos
     if k > 0:
-        big = (deg > k)[seg]
+        big = (deg > k).index_select(0, seg)
         rand = torch.randint(
             0, 1 << _KEY_BITS, (total,), generator=_generator(device, seed), device=device
         )
         keys = (seg << _KEY_BITS) | torch.where(big, rand, pos)
-        epos = epos[torch.sort(keys).indices]  # segments stay where they were; only order moves
+        # segments stay where they were; only the order within each moves
+        epos = epos.index_select(0, torch.sort(keys).indices)
         # the first take[s] entries of each segment s, gathered (no mask: its size is known)
         kept_seg = torch.repeat_interleave(frontier_ids, take, output_size=kept)
         taken_before = torch.cumsum(take, 0) - take
-        epos = epos[first[kept_seg] + torch.arange(kept, device=device) - taken_before[kept_seg]]
-    return csc.row[epos], epos, take
+        at = first - taken_before  # a kept entry sits at its index among the kept + its `at`
+        epos = epos.index_select(
+            0, torch.arange(kept, device=device) + at.index_select(0, kept_seg)
+        )
+    return csc.row.index_select(0, epos), epos, take
 
 
 def _read(*values: Tensor) -> list[int]:
@@ -129,7 +133,7 @@ def _read(*values: Tensor) -> list[int]:
 def _next_sizes(csc: TorchCSC, nodes: Tensor, k: int, flag: Tensor | None = None) -> list[Tensor]:
     """[sum of degrees, edges a hop of fan-out k keeps] over the entries of `nodes` that
     `flag` marks (all if None): the next hop's sizes, before its frontier is compacted."""
-    deg = csc.colptr[nodes + 1] - csc.colptr[nodes]
+    deg = csc.colptr.index_select(0, nodes + 1) - csc.colptr.index_select(0, nodes)
     if flag is not None:
         deg = deg * flag
     return [deg.sum(), (deg if k < 0 else deg.clamp(max=k)).sum()]
@@ -145,14 +149,14 @@ def _relabel(scratch: Tensor, nbrs: Tensor, count: int) -> tuple[Tensor, Tensor,
     new node's slot ends with its first entry's code; an entry whose code is in the slot is
     that first one."""
     m = nbrs.numel()
-    local = scratch[nbrs]
+    local = scratch.index_select(0, nbrs)
     unseen = local < 0
     code = torch.arange(m, device=nbrs.device) - (m + 1)
     scratch.scatter_reduce_(0, nbrs, torch.where(unseen, code, local), "amin", include_self=False)
-    slot = scratch[nbrs]
+    slot = scratch.index_select(0, nbrs)
     first = unseen & (slot == code)
     rank = torch.cumsum(first, 0) - 1
-    local = torch.where(unseen, count + rank[(slot + m + 1).clamp(0, m - 1)], local)
+    local = torch.where(unseen, count + rank.index_select(0, (slot + m + 1).clamp(0, m - 1)), local)
     scratch.scatter_(0, nbrs, local)
     return local, first, rank
 
@@ -212,7 +216,7 @@ def neighbor_sample(
     node = torch.cat(nodes)
     scratch.index_fill_(0, node, -1)
     row, col = _cat(rows, device), _cat(cols, device)
-    return node, row, col, csc.perm[_cat(epos, device)], nsn, nse
+    return node, row, col, csc.perm.index_select(0, _cat(epos, device)), nsn, nse
 
 
 def _check_seeds(seeds: Tensor, num_nodes: int) -> None:
