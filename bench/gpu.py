@@ -172,50 +172,37 @@ def _text(out: str | bytes | None) -> str:
     return out.decode(errors="replace") if isinstance(out, bytes) else out or ""
 
 
-def sampling_rates(data, fanout: list[int], batches: int = 20) -> tuple[float, float]:
-    """Sampled edges/s of the numba kernel (one thread) and of the torch sampler on the GPU,
-    over the same `batches` seed batches of 1024 (after one warm-up batch each)."""
+def seed_batches(num_nodes: int, batches: int, seed: int = 0) -> list[Any]:
+    """`batches` random seed batches of 1024 node ids (the sampling part's inputs)."""
     import torch
 
-    from app.sampler.neighbor import NeighborSampler
-
-    gen = torch.Generator().manual_seed(0)
-    seeds = [torch.randint(0, data.num_nodes, (1024,), generator=gen) for _ in range(batches + 1)]
-    rates = []
-    for device in ("cpu", "cuda"):
-        sampler = NeighborSampler(data, fanout, seed=0, device=device)
-        sampler.sample(seeds[0], seed=0)
-        torch.cuda.synchronize()
-        start, edges = time.perf_counter(), 0
-        for i, s in enumerate(seeds[1:]):
-            edges += sampler.sample(s, seed=i + 1).row.numel()
-        torch.cuda.synchronize()
-        rates.append(edges / (time.perf_counter() - start))
-        del sampler
-        torch.cuda.empty_cache()
-    return rates[0], rates[1]
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, num_nodes, (1024,), generator=gen) for _ in range(batches)]
 
 
-def sampling_waits(data: Any, fanout: list[int], batches: int = 5) -> tuple[float, float]:
-    """Host read-backs per seed batch of 1024 of the torch sampler on the GPU: counted by
-    `bench.readbacks.ReadBacks`, and by CUDA's own count of synchronizing calls."""
+def sampling_rate(sampler: Any, seeds: list[Any]) -> float:
+    """Sampled edges/s of `sampler` over `seeds[1:]`, after a warm-up batch (`seeds[0]`)."""
     import torch
 
-    from app.sampler.neighbor import NeighborSampler
+    sampler.sample(seeds[0], seed=0)
+    torch.cuda.synchronize()
+    start, edges = time.perf_counter(), 0
+    for i, s in enumerate(seeds[1:]):
+        edges += sampler.sample(s, seed=i + 1).row.numel()
+    torch.cuda.synchronize()
+    return edges / (time.perf_counter() - start)
+
+
+def sampling_waits(sampler: Any, seeds: list[Any]) -> tuple[float, float]:
+    """Host read-backs per seed batch of the torch sampler on the GPU (warmed up already):
+    counted by `bench.readbacks.ReadBacks`, and by CUDA's own count of synchronizing calls."""
     from bench.readbacks import ReadBacks, host_waits
-
-    gen = torch.Generator().manual_seed(1)
-    seeds = [torch.randint(0, data.num_nodes, (1024,), generator=gen) for _ in range(batches)]
-    sampler = NeighborSampler(data, fanout, seed=0, device="cuda")
-    sampler.sample(seeds[0], seed=0)  # warm-up: the thread's scratch map
 
     run = functools.partial(_sample_all, sampler, seeds)
     with ReadBacks("cuda") as counter:
         run()
     waits = host_waits(run)
-    del sampler, run
-    torch.cuda.empty_cache()
-    return counter.total / batches, waits / batches
+    return counter.total / len(seeds), waits / len(seeds)
 
 
 def _sample_all(sampler: Any, seeds: list[Any]) -> None:
@@ -311,13 +298,24 @@ def _guarded(what: str, step: Callable[..., None], *args: Any) -> None:
 
 
 def _sampling(data: Any, scale: str, name: str, fanout: list[int]) -> None:
-    cpu, gpu = sampling_rates(data, fanout)
+    """The numba kernel (one thread) and the GPU sampler on the same seed batches (their
+    edges/s), then the GPU sampler's read-backs per batch; each sampler built once."""
+    import torch
+
+    from app.sampler.neighbor import NeighborSampler
+
+    seeds = seed_batches(data.num_nodes, 21)
+    cpu = sampling_rate(NeighborSampler(data, fanout, seed=0), seeds)
     record(BENCH, f"{scale}_{name}_sampled_edges_per_s_cpu1", cpu, "edges/s")
+    sampler = NeighborSampler(data, fanout, seed=0, device="cuda")
+    gpu = sampling_rate(sampler, seeds)
     record(BENCH, f"{scale}_{name}_sampled_edges_per_s_gpu", gpu, "edges/s",
            "numba, 1 thread", gpu / cpu)  # fmt: skip
-    readbacks, waits = sampling_waits(data, fanout)
+    readbacks, waits = sampling_waits(sampler, seed_batches(data.num_nodes, 5, seed=1))
     record(BENCH, f"{scale}_{name}_gpu_sampler_readbacks_per_batch", readbacks, "")
     record(BENCH, f"{scale}_{name}_gpu_sampler_host_waits_per_batch", waits, "")
+    del sampler
+    torch.cuda.empty_cache()
 
 
 def _jobs(scale: str, name: str, extra: list[str], nodes: int, epochs: int, threads: int) -> None:
