@@ -80,9 +80,7 @@ def instrument(clock: Clock) -> None:
     view._csr = clock.wrap("view_csr", view._csr)
     layerwise._plan = clock.wrap("plan", layerwise._plan)
     layerwise._to = clock.wrap("to_device", layerwise._to)
-    run = layerwise._Run
-    if hasattr(run, "_device_edges"):
-        run._device_edges = clock.wrap("device_edges", run._device_edges)
+    layerwise._Run._device_edges = clock.wrap("device_edges", layerwise._Run._device_edges)
     layerwise._Buffers.empty = clock.wrap("buffers", layerwise._Buffers.empty)
     layerwise._Table.put = clock.wrap("sink_put", layerwise._Table.put)
     layerwise._Projections.put = clock.wrap("sink_put", layerwise._Projections.put)

@@ -21,12 +21,12 @@ O(#seeds · fan-out^L), and the result equals the full-graph forward (no samplin
 The arithmetic runs where the model's weights are (`train.device`). One process (a view that
 holds every row, `LocalBackend`) keeps its layer tables where it computes when they fit there
 (`_place`): on a GPU nothing but the inputs and the edges (once per view, unless already
-there) crosses to the device, and the last layer's argmax comes back. Distributed views keep the tables
-in host memory, where other ranks read them, and compute chunks on the device: each layer's
-rows are copied there once, the chunks' edge columns (mapped to row positions) are kept there
-for the view's later passes, and each chunk's result is copied back into its table (kept
-buffers are pinned, so those copies run at full speed). Per-chunk work memory on the device is
-bounded by `chunk_size`; the resident part is one layer's rows and the edges.
+there) crosses to the device, and the last layer's argmax comes back. Distributed views keep
+the tables in host memory, where other ranks read them, and compute chunks on the device:
+each layer's rows are copied there once, the chunks' edge columns (mapped to row positions)
+are kept there for the view's later passes, and each chunk's result is copied back into its
+table (kept buffers are pinned, so those copies run at full speed). Per-chunk work memory on
+the device is bounded by `chunk_size`; the resident part is one layer's rows and the edges.
 """
 
 from __future__ import annotations
