@@ -34,6 +34,13 @@ def gpus_shared(cfg: Config) -> bool:
     return trainers_per_machine(cfg) > int(torch.cuda.device_count())
 
 
+def trainers_per_gpu(cfg: Config) -> int:
+    """How many of this machine's trainers share one GPU (1 on the CPU or with a GPU each)."""
+    if resolve_device(cfg.train.device).type != "cuda":
+        return 1
+    return -(-trainers_per_machine(cfg) // max(1, int(torch.cuda.device_count())))
+
+
 def trainer_device(cfg: Config, local_index: int) -> torch.device:
     """The device of the machine's `local_index`-th trainer: round-robin over its GPUs."""
     device = resolve_device(cfg.train.device)

@@ -207,6 +207,14 @@ class FeatureStoreCore:
             for a in self.attr_names(group)
         )
 
+    def row_attrs(self, group: Group = None) -> list[str]:
+        """The attributes of `group` stored by row (not by global id, as node times are)."""
+        return [a for a in self.attr_names(group) if (group, a) not in self._by_id]
+
+    def num_rows(self, group: Group = None) -> int:
+        """Rows this store holds of `group` (its owned nodes, or edges)."""
+        return self._global_id[group].numel()
+
     def get_global_id(self, group_name: Group = None) -> Tensor | None:
         """PyG's: global ids of a group's rows (node type, or edge type for edge features)."""
         return self._global_id.get(group_name)
@@ -335,6 +343,11 @@ class FeatureStoreCore:
         finally:
             self.remote_rows, self.remote_bytes = rows, nbytes
 
+    def caches(self) -> list[HaloCache]:
+        """The halo cache, then the hot cache, of those this store uses (filled or mapped on
+        first use; none in a one-partition job)."""
+        return [c for c in (self._halo_cache(), self._hot_cache()) if c is not None]
+
     def prepare(self) -> None:
         """Open what the first lookups would: the halo and hot caches (filled now if never
         filled for this partition; needs the RPC router) and the id → row map of every node
@@ -393,7 +406,7 @@ class FeatureStoreCore:
         split = split_by_owner(owner)
         if split == {self.partition_idx: None}:
             return self.local_get(ids_np, group, attrs, alloc)
-        caches = [c for c in (self._halo_cache(), self._hot_cache()) if c] if cache else []
+        caches = self.caches() if cache else []
         hits: dict[
             int, tuple[HaloCache, np.ndarray]
         ] = {}  # pseudo-partition past the last real one -> (its cache, rows of it)

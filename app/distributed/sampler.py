@@ -37,6 +37,7 @@ from app.config import SamplerConfig
 from app.distributed import endpoints, rpc, wire
 from app.distributed.feature_store import FeatureStoreCore
 from app.distributed.graph_store import GraphStoreCore
+from app.distributed.resident import ResidentRows
 from app.distributed.routing import HopResult, merge_ragged, route, split_by_owner, take
 from app.sampler.kernel import STRATEGIES, Relabeler, derive_seed, hop_seed, sample_hop, warmup
 from app.sampler.output import Sample, SampledBatch
@@ -71,6 +72,7 @@ class SamplerOptions:
     feature_cache_size: int = 0  # halo feature cache rows (0: off)
     hot_cache_bytes: int = 0  # hot-node feature cache bytes (0: off; see `hot_cache`)
     feature_wire_dtype: str = "store"  # remote features in transit (see `wire.feature_dtype`)
+    resident_rows: int = 0  # rows its trainer holds on its device (`resident`; 0: none)
 
     def __post_init__(self) -> None:
         wire.feature_dtype(self.feature_wire_dtype)  # an unknown name: one line, now
@@ -141,6 +143,12 @@ class DistNeighborSampler:
         self.router = router
         self.feature_store.router = self.feature_store.router or router
         self.feature_store.use_cache(o.feature_cache_size, self.graph_store, o.hot_cache_bytes)
+        if o.resident_rows and (self.graph_store.is_hetero or self.temporal):
+            raise ValueError(
+                f"resident_rows={o.resident_rows}: a trainer holds rows of homogeneous graphs "
+                "without times only; leave resident_rows=0"
+            )
+        self._resident: ResidentRows | None = None  # built on first use (`resident`)
         self.partition_idx = self.graph_store.partition_idx
         self.stats = HopStats()
         self.wire = wire.IdWire.of(self.graph_store.meta)  # id widths on the wire, fixed once
@@ -245,6 +253,7 @@ class DistNeighborSampler:
         for rels in sets:
             self._give_back(rels)
         self.feature_store.prepare()
+        self.resident()
         warmup()  # the sampling kernels, loaded before the first batch needs them ...
         empty = np.empty(0, np.int64)  # ... for this partition's index dtypes too
         local_hop(self.graph_store, [(et, empty, 1, 0) for et in etypes], self.replace)
@@ -487,8 +496,29 @@ class DistNeighborSampler:
             return SampledBatch(out, True, attrs, edges, input_type, link)
         assert isinstance(out.node, Tensor) and not isinstance(out.edge, dict)
         edges = self._edge_attr(out.edge, (None, None))
-        attrs = self._gather(out.node, None, alloc)
-        return SampledBatch(out, False, attrs, edges, input_type, link)
+        resident = self.resident()
+        if resident is None:
+            attrs = self._gather(out.node, None, alloc)
+            return SampledBatch(out, False, attrs, edges, input_type, link)
+        with stage("features"):
+            slot = torch.from_numpy(resident.slots(out.node.numpy()))
+        attrs = self._gather(out.node[slot < 0], None, alloc)  # the rows its trainer lacks
+        return SampledBatch(out, False, attrs, edges, input_type, link, resident=slot)
+
+    def resident(self) -> ResidentRows | None:
+        """The rows this sampler's trainer holds on its device (`options.resident_rows`; None:
+        it holds none), indexed once (after the feature store's caches, which it includes)."""
+        k = self.options.resident_rows
+        if k and self._resident is None:
+            with self._free_lock:
+                if self._resident is None:
+                    self._resident = ResidentRows(self.feature_store, self.graph_store, k)
+        return self._resident
+
+    def node_attrs(self, group: Any) -> list[str]:
+        """The attributes of node type `group` a batch gathers (`options.attrs`, else all)."""
+        held = self.feature_store.attr_names(group)
+        return held if self.options.attrs is None else [a for a in self.options.attrs if a in held]
 
     def _edge_attr(self, e_id: Tensor | None, group: Any) -> dict[str, Tensor]:
         """PyG's `edge_attr` of the sampled edges (global ids; remote rows by RPC), when the
@@ -499,9 +529,7 @@ class DistNeighborSampler:
             return self.feature_store.fetch(e_id.long(), group, ["edge_attr"], cache=False)
 
     def _gather(self, nodes: Tensor, group: Any, alloc: Any) -> dict[str, Tensor]:
-        attrs = self.options.attrs
-        if attrs is not None:
-            attrs = [a for a in attrs if a in self.feature_store.attr_names(group)]
+        attrs = self.node_attrs(group)
         with stage("features"):  # labels and masks too: one fetch gathers every attribute
             return self.feature_store.fetch(
                 nodes, group, attrs, alloc=alloc, wire_dtype=self.options.feature_wire_dtype

@@ -23,7 +23,7 @@ from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 
 from app.loader.device_features import DeviceFeatures
 from app.sampler.buffers import BufferPool
-from app.sampler.output import Attrs, LinkMode, Sample, SampledBatch
+from app.sampler.output import MISS, SLOT, Attrs, LinkMode, Sample, SampledBatch
 from app.sampler.stages import stage
 
 Output: TypeAlias = "SamplerOutput | Sample"  # the local sampler's, or the distributed one's
@@ -156,7 +156,9 @@ def to_hetero_data(
 
 def assemble(batch: SampledBatch) -> Data | HeteroData:
     """The mini-batch of a distributed sampler's record (`DistNeighborSampler.sample_batch` /
-    `sample_edges`), in the local loaders' layout."""
+    `sample_edges`), in the local loaders' layout; a record that left out the rows its trainer
+    holds (`resident`) keeps, besides the carried rows, each node's slot and the carried rows'
+    positions (`SLOT`, `MISS`), from which the trainer fills the batch on its device."""
     with stage("assembly"):
         if batch.hetero:
             return to_hetero_data(
@@ -166,9 +168,13 @@ def assemble(batch: SampledBatch) -> Data | HeteroData:
                 input_type=batch.input_type,
                 link=batch.link,
             )
-        return to_data(
+        data = to_data(
             batch.sample, node_attrs=batch.node_attrs, edge_attrs=batch.edge_attrs, link=batch.link
         )
+        if batch.resident is not None:  # rows its trainer holds: filled on its device
+            data[SLOT] = batch.resident.clamp(min=0)
+            data[MISS] = (batch.resident < 0).nonzero().view(-1)
+        return data
 
 
 class LocalGather:

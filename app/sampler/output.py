@@ -16,6 +16,8 @@ from torch import Tensor
 
 LinkMode = Literal["binary", "triplet"] | None
 Attrs = dict[str, Tensor]
+SLOT = "resident_slot"  # batch key: each node's row in its trainer's device table (0: carried)
+MISS = "resident_miss"  # batch key: positions of the nodes whose rows the batch carries
 
 
 @dataclass
@@ -42,7 +44,9 @@ class SampledBatch:
     `node_attrs` / `edge_attrs`: {name: rows} (homogeneous) or {node / edge type: {name:
     rows}} (heterogeneous), rows in the order of `sample.node` / `sample.edge`. `input_type`:
     the seed node or edge type (heterogeneous); `link`: False for node batches, else the link
-    layout ("binary" / None, or "triplet").
+    layout ("binary" / None, or "triplet"). `resident`: each node's row in its trainer's device
+    table (`app.distributed.resident`), -1 for the nodes whose rows `node_attrs` carries (in
+    order; the others' rows are on the trainer's device); None: `node_attrs` carries every row.
     """
 
     sample: Sample
@@ -51,6 +55,7 @@ class SampledBatch:
     edge_attrs: dict[Any, Any] = field(default_factory=dict)
     input_type: Any = None
     link: LinkMode | bool = False
+    resident: Tensor | None = None
 
     def node_tables(self) -> list[Attrs]:
         """Every {name: rows} table of node attributes (one per node type): the feature rows

@@ -54,7 +54,7 @@ class Task:
         dense = torch.optim.Adam(self.bare.parameters(), lr=t.lr, weight_decay=t.weight_decay)
         self.optimizer = Optimizers(dense, self.tables)
         self.loaders: dict[str, DeviceLoader] = {
-            s: DeviceLoader(self.loader(s), source.device) for s in SPLITS
+            s: DeviceLoader(self.loader(s), source.device, source.device_rows()) for s in SPLITS
         }
         self.evaluator: Evaluator = choose_evaluator(self)
         self._probe = self.tables.probe() if self.tables is not None else {}

@@ -4,6 +4,11 @@ Which device that is comes from `app.placement`. On cuda each batch is pinned an
 `non_blocking=True` on a side stream while the previous step computes; the compute stream waits
 for the copy and the batch's tensors are recorded on it, so the caching allocator never reuses
 them early. On the CPU the loader is passed through unchanged.
+
+A distributed trainer that holds rows on its device (`app.distributed.resident.DeviceRows`)
+gets batches carrying only the other rows; each is filled there after its copy (on the CPU,
+under `DISTGNN_KERNELS=torch`, in host memory), and the share of rows read from the table is
+logged after every pass.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from typing import Any
 
 import torch
 
+from app.distributed.resident import DeviceRows, Tally
 from app.loader.protocol import TrainLoader
 
 
@@ -20,9 +26,12 @@ class DeviceLoader:
     """Iterates `loader` with every batch on `device` (prefetching one batch on cuda); the rest
     of `TrainLoader` is the wrapped loader's."""
 
-    def __init__(self, loader: TrainLoader, device: torch.device) -> None:
-        self.loader, self.device = loader, device
+    def __init__(
+        self, loader: TrainLoader, device: torch.device, rows: DeviceRows | None = None
+    ) -> None:
+        self.loader, self.device, self.rows = loader, device, rows
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self.tally = Tally()
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -50,14 +59,28 @@ class DeviceLoader:
         self.loader.epoch = int(value)
 
     def _copy(self, batch: Any) -> Any:
-        if batch is None or self.stream is None:
+        if batch is None:
+            return batch
+        if self.rows is not None:
+            self.tally.add(batch)
+        if self.stream is None:
+            if self.rows is not None:
+                self.rows.fill(batch)
             return batch
         with torch.cuda.stream(self.stream):  # a GPU sampler's tensors are there already
-            return batch.apply(_pinned).to(self.device, non_blocking=True)
+            batch = batch.apply(_pinned).to(self.device, non_blocking=True)
+            if self.rows is not None:
+                self.rows.fill(batch)
+            return batch
 
     def __iter__(self) -> Iterator[Any]:
+        yield from self._pass()
+        if self.rows is not None:
+            self.tally.log(f"epoch {self.epoch - 1}: resident rows", self.rows)
+
+    def _pass(self) -> Iterator[Any]:
         if self.stream is None:
-            yield from self.loader
+            yield from (self._copy(batch) for batch in self.loader)
             return
         batches = iter(self.loader)
         ahead = self._copy(next(batches, None))

@@ -13,12 +13,13 @@ job's RPC group (`app.distributed.group.join_trainer`) before the task builds it
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import logging
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
 
-from app.config import Config
+from app.config import Config, kernels_forced
 from app.dataset.link_split import HETERO_LINK_TYPE
 from app.distributed.context import DistContext
 from app.distributed.engine import BatchEngine, Schedule
@@ -27,17 +28,21 @@ from app.distributed.feeding import feeding_for
 from app.distributed.graph_store import GraphStoreCore
 from app.distributed.group import trainer_router
 from app.distributed.inputs import Inputs, LinkInputs, NodeInputs
+from app.distributed.resident import DeviceRows, ResidentRows
 from app.distributed.sampler import DistNeighborSampler, SamplerOptions
 from app.labels import check_labels
+from app.loader.device_features import auto_budget
 from app.loader.protocol import TrainLoader
 from app.partition.link import load_held_out
 from app.partition.reader import load_partition, load_partition_book
-from app.placement import trainer_device
+from app.placement import trainer_device, trainers_per_gpu
 from app.runtime import Runtime
 from app.task.ddp import wrap_ddp
 from app.task.metrics import all_reduce
 from app.task.source import EdgeType, GraphSource, Schema, eval_cap
 from app.task.tables import Tables, make_dist_tables
+
+log = logging.getLogger("distgnn.train")
 
 
 class PartitionSource(GraphSource):
@@ -61,6 +66,7 @@ class PartitionSource(GraphSource):
         # who serves each partition; the trainer joins RPC before any loader is built
         self.router = trainer_router(self.ctx, runtime.num_nodes)
         self.loaders: list[TrainLoader] = []
+        self._device_rows: DeviceRows | None | Literal[False] = False  # False: not built yet
 
     def schema(self) -> Schema:
         part, meta = self.part, self.part.meta
@@ -143,11 +149,44 @@ class PartitionSource(GraphSource):
 
     def _sampler(self, temporal: bool) -> DistNeighborSampler:
         """The sampler `cfg.sampler` describes (`temporal=False` drops `time_attr`: link
-        loaders sample no time)."""
+        loaders sample no time), leaving out the rows this trainer holds (`device_rows`)."""
         options = SamplerOptions.from_config(self.cfg.sampler)
         if not temporal:
             options = dataclasses.replace(options, time_attr=None)
+        rows = self.device_rows()
+        if rows is not None:
+            options = dataclasses.replace(options, resident_rows=rows.num_rows)
         return DistNeighborSampler(self.stores, options=options, router=self.router)
+
+    def device_rows(self) -> DeviceRows | None:
+        """The rows of this partition and its node's caches that this trainer holds on its
+        GPU (`app.distributed.resident`), within `train.gpu_feature_bytes`; built once, after
+        the model (the default budget measures it). None on a CPU trainer (but under
+        DISTGNN_KERNELS=torch, which runs the GPU path on the CPU), for heterogeneous graphs,
+        partitions with node times, or when no row fits."""
+        if self._device_rows is not False:
+            return self._device_rows
+        self._device_rows = None
+        cfg = self.cfg
+        on_device = self.device.type == "cuda" or kernels_forced() == "torch"
+        fs, gs = self.stores
+        attrs = fs.row_attrs(None)
+        if not on_device or self.part.is_hetero or attrs != fs.attr_names(None):  # node times
+            return None
+        fs.router = fs.router or self.router  # the caches fill over RPC
+        fs.use_cache(cfg.sampler.feature_cache_size, gs, cfg.sampler.hot_cache_bytes)
+        budget = cfg.train.gpu_feature_bytes
+        if budget < 0:  # what the GPU has left, shared with the trainers on the same GPU
+            budget = auto_budget(self.device) // trainers_per_gpu(cfg)
+        index = ResidentRows(fs, gs, 1 << 62)  # everything that could be held
+        total = index.num_rows
+        k = min(total, budget // max(1, fs.row_nbytes(None)))
+        if k < total:
+            index = ResidentRows(fs, gs, k)
+        log.info("features: %d of %d partition and cache rows on %s", k, total, self.device)
+        if k:
+            self._device_rows = DeviceRows(index, attrs, self.device)
+        return self._device_rows
 
     def node_loader(self, split: str, seeds: Tensor, node_type: str | None) -> TrainLoader:
         sampler, seeds = self._sampler(temporal=True), seeds.to(torch.int64)

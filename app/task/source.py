@@ -26,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from app.config import Config
+from app.distributed.resident import DeviceRows
 from app.loader.epochs import EpochBatching
 from app.loader.protocol import TrainLoader
 from app.task.tables import Tables
@@ -110,6 +111,11 @@ class GraphSource(ABC):
     def wrap(self, model: nn.Module, find_unused: bool = False) -> nn.Module:
         """The module the training loop calls: the model itself (one trainer)."""
         return model
+
+    def device_rows(self) -> DeviceRows | None:
+        """Node rows held on the trainer's device that its loaders' batches leave out (a
+        distributed trainer's, `app.distributed.resident`); None: batches carry every row."""
+        return None
 
     def close(self) -> None:
         """Release the loaders and the inference view (before the runner tears down RPC)."""

@@ -151,10 +151,15 @@ def job(tmp_path, name, *overrides):
 @pytest.mark.parametrize("nodes", [1, 2])
 def test_job_on_gpu_learns_as_on_cpu(tmp_path, nodes):
     """A 1-node job, and a 2-node job whose trainers share this machine's GPU(s) round-robin
-    (with sampler processes), reach the CPU job's accuracy."""
+    (with sampler processes; each trainer holds its partition's rows on its GPU and fills its
+    batches there), reach the CPU job's accuracy."""
     more = [f"cluster.num_nodes={nodes}", "train.epochs=3", "loader.num_workers=1"]
     cpu, _ = job(tmp_path, "cpu", *more, "train.device=cpu")
     gpu, proc = job(tmp_path, "gpu", *more, "train.device=cuda")
     assert gpu >= cpu - 0.05, (cpu, gpu)
+    if nodes == 2:
+        out = proc.stdout + proc.stderr
+        held = re.findall(r"resident rows: \d+ on cuda:\d, hit rate ([\d.]+)", out)
+        assert held and all(float(r) > 0.3 for r in held), out[-3000:]
     if nodes > torch.cuda.device_count():
         assert "share 1 GPU(s) round-robin" in proc.stderr + proc.stdout

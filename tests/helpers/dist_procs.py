@@ -414,11 +414,53 @@ def check_cache(rt, spec: dict) -> int:
         assert torch.equal(narrow, g["x"][ids].half().float())
         if spec.get("hot"):
             _check_hot(fs, g, spec["hot"])
+            _check_resident(sampler, g)
         failed = False
     finally:
         shutdown(ctx, 60.0, failed)
     print("CHECKS OK cache", flush=True)
     return 0
+
+
+def _check_resident(sampler, g: dict) -> None:
+    """A GPU trainer's resident rows (`app.distributed.resident`): its partition, then the
+    halo cache's rows, then the hot cache's, with their original rows; a batch sampled to
+    leave them out carries exactly the other rows and, filled, equals the batch that carries
+    every row."""
+    import dataclasses
+
+    import numpy as np
+    import torch
+
+    from app.distributed.resident import DeviceRows, ResidentRows
+    from app.distributed.sampler import DistNeighborSampler
+    from app.loader.batch import assemble
+
+    fs, gs = sampler.feature_store, sampler.graph_store
+    n = g["x"].shape[0]
+    index = ResidentRows(fs, gs, 1 << 62)
+    halo, hot = fs.cache.ids[None], fs.hot.ids[None]
+    owned = fs.num_rows(None)
+    assert index.num_rows == owned + halo.size + hot.size, (index.num_rows, owned)
+    slots = index.slots(np.arange(n))
+    assert np.array_equal(slots[halo], owned + np.arange(halo.size))
+    assert np.array_equal(slots[hot], owned + halo.size + np.arange(hot.size))
+    held = np.flatnonzero(slots >= 0)
+    assert held.size == index.num_rows
+    rows = DeviceRows(index, ["x", "y"], torch.device("cpu"))
+    for attr in ("x", "y"):
+        assert torch.equal(rows.tables[attr][slots[held]], g[attr][held]), attr
+    options = dataclasses.replace(sampler.options, resident_rows=index.num_rows)
+    resident = DistNeighborSampler((fs, gs), options=options, router=sampler.router)
+    seeds = torch.from_numpy(np.flatnonzero(fs.owner(np.arange(n)) == fs.partition_idx)[:64])
+    for seed in range(3):
+        want = assemble(sampler.sample_batch(seeds, torch.arange(seeds.numel()), seed=seed))
+        got = assemble(resident.sample_batch(seeds, torch.arange(seeds.numel()), seed=seed))
+        assert torch.equal(want.n_id, got.n_id)
+        assert torch.equal(got.x, g["x"][got.n_id[slots[got.n_id] < 0]]), "carried other rows"
+        rows.fill(got)
+        for attr in ("x", "y"):
+            assert torch.equal(got[attr], want[attr]), attr
 
 
 def _check_hot(fs, g: dict, budget: int) -> None:
