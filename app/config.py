@@ -199,9 +199,11 @@ class TrainConfig:
     # --max-restarts): the first start trains from 0, every restart continues.
     resume: bool | str = False
     device: str = "cpu"  # cpu | cuda | auto (cuda when available); samplers: sampler.device
-    # Device bytes for node features when the sampler runs on the GPU (sampler.device): all of
-    # them when they fit, else the highest-degree rows (the rest from pinned host memory).
-    # -1: what the card has free after the model (its weights x4) and a tenth for activations.
+    # Device bytes for node rows: a one-process job's with sampler.device=cuda (all of them
+    # when they fit, else the highest-degree rows, the rest from pinned host memory); a
+    # distributed GPU trainer's partition and cache rows (its samplers send the rest; 0: off).
+    # -1: what the card has free after the model (its weights x4) and a tenth for activations,
+    # split between the trainers sharing the card.
     gpu_feature_bytes: int = -1
     eval_negatives: int = 20  # link eval: random destinations ranked against each positive
     # Metric that picks a sweep's best job (summaries, `python -m app report`), the best-k

@@ -1,6 +1,6 @@
 """A GPU trainer fed by the CPU sampler and by the GPU sampler, side by side, on two workloads.
 
-    python -m bench.gpu [NUM_NODES] [--epochs=2] [--threads=8]
+    python -m bench.gpu [NUM_NODES] [--epochs=2] [--threads=8] [--only=PART,...]
 
 Workloads (products scale, batch 1024): `products_homo`'s fan-out [10, 5] with SAGE 2x128, and
 the field's published one, fan-out [15, 10, 5] with SAGE 3x256 (PyG's and DGL's examples).
@@ -25,7 +25,14 @@ the field's published one, fan-out [15, 10, 5] with SAGE 3x256 (PyG's and DGL's 
    later one (`python -m bench.first_eval --device=cuda --sampler=cuda`, its records
    `first_eval/...`; at most `FIRST_EVAL_TIMEOUT_S` each).
 
-Each part that fails (or a job that outlives `JOB_TIMEOUT_S`) prints its last lines and the
+5. A 2-node job of the [10, 5] workload (`cluster.num_nodes=2`, both trainers on this machine's
+   GPUs, round-robin, each fed by T/2 sampler processes on the CPU) whose trainers hold their
+   partition's and their node's cache rows on the GPU (`app.distributed.resident`, the
+   default), against the same job sending every row (`train.gpu_feature_bytes=0`): the job
+   figures above and the share of batch rows read from the GPU.
+
+`--only=` runs the named parts (`sampling`, `jobs`, `profile`, `first-eval`, `dist`), in that
+order; every part by default. Each part that fails (or a job that outlives `JOB_TIMEOUT_S`) prints its last lines and the
 next part runs: a device check gets one call.
 
 The dataset is generated (or found) before any timing. Needs CUDA: without it, one line says
@@ -49,7 +56,7 @@ from bench.common import record
 
 BENCH = "gpu"
 ROOT = Path("outputs/bench/gpu")
-EPOCH_LINE = re.compile(r"\[([\d\- :,]+)\]\[distgnn\.train\]\[INFO\] - epoch (\d+): (.*)$")
+EPOCH_LINE = re.compile(r"\[([\d\- :,]+)\]\[distgnn\.train\]\[INFO\] - epoch (\d+): (\w+=.*)$")
 WORKLOADS = {  # name -> (fan-out, job overrides)
     "f10_5_sage2x128": ([10, 5], []),
     "f15_10_5_sage3x256": (
@@ -74,16 +81,25 @@ NEEDS_CUDA = (
 )
 
 
-def _args(argv: list[str]) -> tuple[int, int, int]:
-    nodes, epochs, threads = 2_449_029, 2, 8
+PARTS = ("sampling", "jobs", "profile", "first-eval", "dist")
+HELD_LINE = re.compile(r"resident rows after epoch \d+: \d+ on \S+, hit rate ([\d.]+)")
+
+
+def _args(argv: list[str]) -> tuple[int, int, int, tuple[str, ...]]:
+    nodes, epochs, threads, parts = 2_449_029, 2, 8, PARTS
     for arg in argv:
         if arg.startswith("--epochs="):
             epochs = int(arg.split("=", 1)[1])
         elif arg.startswith("--threads="):
             threads = int(arg.split("=", 1)[1])
+        elif arg.startswith("--only="):
+            parts = tuple(arg.split("=", 1)[1].split(","))
+            unknown = sorted(set(parts) - set(PARTS))
+            if unknown:
+                raise SystemExit(f"bench.gpu: --only={unknown[0]}: expected parts of {PARTS}")
         else:
             nodes = int(arg)
-    return nodes, epochs, threads
+    return nodes, epochs, threads, parts
 
 
 def _overrides(nodes: int, epochs: int) -> list[str]:
@@ -135,6 +151,9 @@ def job_figures(output: str, samples: list[tuple[datetime, float]]) -> dict[str,
     train_end = when - timedelta(seconds=last["eval_time_s"])
     train_start = train_end - timedelta(seconds=last["epoch_time_s"])
     out["gpu_busy_frac"] = busy_fraction(samples, train_start, train_end)
+    held = HELD_LINE.findall(output)  # a distributed trainer's rows on its GPU (part 5)
+    if held:
+        out["held_hit_rate"] = float(held[-1])
     return out
 
 
@@ -332,6 +351,15 @@ def _jobs(scale: str, name: str, extra: list[str], nodes: int, epochs: int, thre
     _record_job(f"{scale}_{name}_gpu_sampler_inline", inline, gpu_fed, "side streams")
 
 
+def _dist(scale: str, nodes: int, epochs: int, threads: int) -> None:
+    """Part 5: the 2-node [10, 5] job, rows held on the GPU against every row sent."""
+    extra = ["cluster.num_nodes=2", f"loader.num_workers={max(1, threads // 2)}"]
+    held = run_job(extra, "dist-rows-held", nodes, epochs)
+    sent = run_job([*extra, "train.gpu_feature_bytes=0"], "dist-rows-sent", nodes, epochs)
+    _record_job(f"{scale}_f10_5_dist_rows_held", held, sent, "rows sent")
+    _record_job(f"{scale}_f10_5_dist_rows_sent", sent, None, "")
+
+
 def _record_job(
     prefix: str, figures: dict[str, float] | None, ref: dict[str, float] | None, against: str
 ) -> None:
@@ -364,7 +392,7 @@ def main(argv: list[str] | None = None) -> None:
     if not torch.cuda.is_available():
         print(NEEDS_CUDA, flush=True)
         return
-    nodes, epochs, threads = _args(sys.argv[1:] if argv is None else argv)
+    nodes, epochs, threads, parts = _args(sys.argv[1:] if argv is None else argv)
     from app.config import compose_config
     from app.dataset import load_dataset
 
@@ -372,14 +400,20 @@ def main(argv: list[str] | None = None) -> None:
     data = load_dataset(compose_config(_overrides(nodes, epochs)).dataset, 0)  # before timing
     scale = f"{nodes}n"
     for name, (fanout, _) in WORKLOADS.items():
-        _guarded(f"{name} sampling", _sampling, data, scale, name, fanout)
+        if "sampling" in parts:
+            _guarded(f"{name} sampling", _sampling, data, scale, name, fanout)
     for name, (_, extra) in WORKLOADS.items():
-        _guarded(f"{name} jobs", _jobs, scale, name, extra, nodes, epochs, threads)
+        if "jobs" in parts:
+            _guarded(f"{name} jobs", _jobs, scale, name, extra, nodes, epochs, threads)
     for name, (_, extra) in WORKLOADS.items():
-        _guarded(f"{name} profile", _profile, data, scale, name, extra, nodes)
+        if "profile" in parts:
+            _guarded(f"{name} profile", _profile, data, scale, name, extra, nodes)
     del data  # the breakdown's processes load their own
     for name, (_, extra) in WORKLOADS.items():
-        _guarded(f"{name} first evaluation", _first_eval, name, extra, nodes, threads)
+        if "first-eval" in parts:
+            _guarded(f"{name} first evaluation", _first_eval, name, extra, nodes, threads)
+    if "dist" in parts:
+        _guarded("dist rows held", _dist, scale, nodes, epochs, threads)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@
 # (gpu_check.log), outputs/bench/results.json and the bench jobs' logs.
 # `tests` or `bench` runs one target only (device time is short: split the check over two
 # calls if both do not fit one). BENCH_GPU_ARGS go to `python -m bench.gpu` (e.g. `1000000
-# --epochs=2`; default: products scale). GPU_CHECK_TESTS_S / GPU_CHECK_BENCH_S, when set,
+# --epochs=2`, or `2449029 --only=dist` for one part; default: products scale, every part). GPU_CHECK_TESTS_S / GPU_CHECK_BENCH_S, when set,
 # bound each target in seconds (SIGINT at the bound, so pytest still prints its summary) and
 # the logs and results gathered so far are kept: one device call has a fixed length.
 # `first-eval` runs only `python -m bench.first_eval` on the GPU (products scale unless

@@ -186,7 +186,7 @@ def _epochs(extra: list[str]) -> int:
 
 def _epoch_metrics(log: Path) -> list[dict[str, float]]:
     """Every epoch's metrics line of rank 0's `log` (`epoch N: key=value, ...`), in order."""
-    lines = re.findall(r"distgnn\.train: epoch \d+: (.*)", log.read_text(errors="replace"))
+    lines = re.findall(r"distgnn\.train: epoch \d+: (\w+=.*)", log.read_text(errors="replace"))
     return [
         {k: float(v) for k, v in (kv.split("=", 1) for kv in line.split(", "))} for line in lines
     ]

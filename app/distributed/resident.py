@@ -34,6 +34,7 @@ from app.sampler.output import MISS, SLOT
 log = logging.getLogger("distgnn.train")
 
 BLOCK_ROWS = 1 << 20  # rows per host-to-device copy while the table is built
+SLOT_DTYPE = np.int32  # a table row: a GPU holds far fewer than 2**31 rows
 
 
 class ResidentRows:
@@ -48,9 +49,10 @@ class ResidentRows:
         if k < owned:
             gid = fs.get_global_id(None)
             assert gid is not None
-            degree = np.diff(gs.csc_numpy(None)[0])[gid.numpy()]
+            colptr, at = gs.csc_numpy(None)[0], gid.numpy()
+            degree = colptr[at + 1] - colptr[at]  # in-edges of each owned row
             self.order = np.argsort(-degree, kind="stable")[:k]
-            self.rank = np.full(owned, -1, np.int64)
+            self.rank = np.full(owned, -1, SLOT_DTYPE)
             self.rank[self.order] = np.arange(k)
         self.caches: list[tuple[HaloCache, int, int]] = []  # (cache, first slot, rows held)
         start = self.num_owned
@@ -60,11 +62,13 @@ class ResidentRows:
                 self.caches.append((cache, start, held))
                 start += held
         self.num_rows = start
+        if start >= np.iinfo(SLOT_DTYPE).max:
+            raise ValueError(f"{start} rows to hold: a resident table holds fewer than 2**31")
 
     def slots(self, ids: np.ndarray) -> np.ndarray:
-        """Each global id's row in the table, -1 where it is not held."""
+        """Each global id's row in the table (int32), -1 where it is not held."""
         fs = self.fs
-        slot = np.full(ids.shape, -1, np.int64)
+        slot = np.full(ids.shape, -1, SLOT_DTYPE)
         own = np.flatnonzero(fs.owner(ids) == fs.partition_idx)
         rows = fs.local_rows(ids[own])
         slot[own] = rows if self.rank is None else self.rank[rows]

@@ -76,7 +76,7 @@ class DeviceLoader:
     def __iter__(self) -> Iterator[Any]:
         yield from self._pass()
         if self.rows is not None:
-            self.tally.log(f"epoch {self.epoch - 1}: resident rows", self.rows)
+            self.tally.log(f"resident rows after epoch {self.epoch - 1}", self.rows)
 
     def _pass(self) -> Iterator[Any]:
         if self.stream is None:

@@ -40,7 +40,9 @@ def test_held_rows_train_as_sent_rows(tmp_path, compose, monkeypatch):
     assert "resident rows" not in sent_logs
     rates = [
         float(r)
-        for r in re.findall(r"epoch \d+: resident rows: \d+ on cpu, hit rate ([\d.]+)", held_logs)
+        for r in re.findall(
+            r"resident rows after epoch \d+: \d+ on cpu, hit rate ([\d.]+)", held_logs
+        )
     ]
     assert rates and all(0.5 < r <= 1.0 for r in rates), held_logs[-3000:]
     for key in ("loss", "train_acc", "val_acc", "test_acc"):

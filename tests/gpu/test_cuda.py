@@ -159,7 +159,7 @@ def test_job_on_gpu_learns_as_on_cpu(tmp_path, nodes):
     assert gpu >= cpu - 0.05, (cpu, gpu)
     if nodes == 2:
         out = proc.stdout + proc.stderr
-        held = re.findall(r"resident rows: \d+ on cuda:\d, hit rate ([\d.]+)", out)
+        held = re.findall(r"resident rows after epoch \d+: \d+ on cuda:\d, hit rate ([\d.]+)", out)
         assert held and all(float(r) > 0.3 for r in held), out[-3000:]
     if nodes > torch.cuda.device_count():
         assert "share 1 GPU(s) round-robin" in proc.stderr + proc.stdout

@@ -46,6 +46,25 @@ def test_a_jobs_figures_come_from_its_last_epoch_and_the_gpu_samples_inside_it()
         gpu.job_figures("nothing here", samples)
 
 
+def test_a_held_jobs_hit_rate_is_read_and_other_epoch_lines_are_not_metrics():
+    held = (
+        "[2026-11-27 10:00:09,000][distgnn.train][INFO] - epoch 1: x cache: 5 of 9 rows on "
+        "cuda:0, hit rate 0.5\n[trainer0-0] 10:00:09 I distgnn.train: resident rows after "
+        "epoch 1: 1200 on cuda:0, hit rate 0.885\n"
+    )
+    out = gpu.job_figures(LOG + held, [])
+    assert out["held_hit_rate"] == 0.885 and out["test_acc"] == 0.85
+
+
+def test_parts_can_be_chosen_and_a_2_node_job_composes():
+    assert gpu._args(["1000", "--only=dist,jobs"]) == (1000, 2, 8, ("dist", "jobs"))
+    assert gpu._args([])[3] == gpu.PARTS
+    with pytest.raises(SystemExit, match="--only=profiles: expected parts of"):
+        gpu._args(["--only=profiles"])
+    cfg = compose_config([*gpu._overrides(1000, 2), "cluster.num_nodes=2"])
+    assert cfg.cluster.num_nodes == 2  # the last value of a key wins
+
+
 def event(key, device, self_gpu_us, self_cpu_us, count=1):
     kind = SimpleNamespace(name=device)
     return SimpleNamespace(

@@ -114,7 +114,7 @@ def test_the_device_loader_fills_and_logs_the_hit_rate(graph, caplog):
     assert batches and all(torch.equal(b.x, data.x[b.n_id]) for b in batches)
     line = [r.getMessage() for r in caplog.records if "resident rows" in r.getMessage()]
     rate = float(line[0].rsplit(" ", 1)[1])
-    assert line[0].startswith(f"epoch 0: resident rows: {N // 2} on cpu") and 0.5 < rate < 1.0
+    assert line[0].startswith(f"resident rows after epoch 0: {N // 2} on cpu") and 0.5 < rate < 1.0
     loader.close()
 
 
