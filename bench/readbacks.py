@@ -17,15 +17,18 @@ What is "on the device": a CUDA tensor; on the CPU, a tensor marked with `on_dev
 there with `.to(device)` or computed by an op from one (the taint follows every op's outputs,
 in-place ones included). On the CPU `.to(device)` of a host tensor and `.cpu()` of a device
 tensor return it as it is; the counter returns an alias instead, marked as on the device or
-as on the host, so each side's tensor stays where it was. Limits of the CPU stand-in: a factory's output (`torch.arange(n, device=...)`) is on the
-device only once an op mixes it with a device tensor, and `.to("cpu")` of a device tensor
+as on the host, so each side's tensor stays where it was. Limits of the CPU stand-in: a
+factory's output (`torch.arange(n, device=...)`) is on the device only once an op mixes it
+with a device tensor (its own launch is not counted), and `.to("cpu")` of a device tensor
 counts only when the device is not the CPU (on the CPU it is the no-op a sampler's
 `.to(device)` is).
 
 Run as a module it prints the read-backs per batch of each stage of a GPU-sampled training
-step, run on the CPU through the torch path (`DISTGNN_KERNELS=torch`): sampling, feature gather
-(`DeviceFeatures`, whole and partial), batch assembly (`to_data`) and one training step, for
-fan-outs [10, 5] (SAGE 2x128) and [15, 10, 5] (SAGE 3x256), batches of 1024.
+step, and the ops each stage runs on the device (about one kernel launch each, paid on the
+host; the optimizer fused, as a GPU job's), run on the CPU through the torch path
+(`DISTGNN_KERNELS=torch`): sampling, feature gather (`DeviceFeatures`, whole and partial),
+batch assembly (`to_data`) and one training step, for fan-outs [10, 5] (SAGE 2x128) and
+[15, 10, 5] (SAGE 3x256), batches of 1024.
 """
 
 from __future__ import annotations
@@ -59,6 +62,12 @@ SYNCING = {
     aten.equal.default,
 }
 BOOL_INDEXED = {aten.index.Tensor, aten.index_put_.default, aten.index_put.default}
+# non-view ops that launch no kernel (allocation, reinterpretation): not counted as launches
+NO_KERNEL = {
+    aten._unsafe_view, aten.empty, aten.empty_like, aten.empty_strided, aten.new_empty,
+    aten.new_empty_strided, aten.sparse_compressed_tensor, aten._sparse_compressed_tensor_unsafe,
+    aten.sparse_csr_tensor, aten._sparse_csr_tensor_unsafe,
+}  # fmt: skip
 HOST_COPIES = {"cpu", "tolist", "numpy"}
 
 
@@ -75,6 +84,8 @@ class _Ops(TorchDispatchMode):
         if any(owner.held(t) for t in inputs):
             if _waits(func, args, kwargs, owner):
                 owner.add(str(func.overloadpacket.__name__))
+            if not func.is_view and func.overloadpacket not in NO_KERNEL:
+                owner.launches += 1
             owner.on_device(*(t for t in tree_leaves(out) if isinstance(t, Tensor)))
         return out
 
@@ -137,11 +148,13 @@ def _non_blocking(args: tuple, kwargs: dict) -> bool:
 
 
 class ReadBacks:
-    """Counts host read-backs on `device` (`counts` by op, `total`) while entered."""
+    """Counts host read-backs on `device` (`counts` by op, `total`) while entered, and the
+    ops run on the device (`launches`: each about one kernel launch the host pays for)."""
 
     def __init__(self, device: torch.device | str = "cpu") -> None:
         self.device = torch.device(device)
         self.counts: Counter[str] = Counter()
+        self.launches = 0  # ops with an input on the device, views and allocations aside
         self._held: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
     def on_device(self, *tensors: Tensor, with_base: bool = True) -> None:
@@ -204,11 +217,17 @@ def host_waits(fn: Callable[[], Any]) -> int:
 
 
 def per_batch(run: Callable[[int], None], counter: ReadBacks, batches: int) -> Counter[str]:
-    """Read-backs of `run(i)` for i < `batches`, summed; `counter` is entered around them."""
+    """Read-backs of `run(i)` for i < `batches`, summed, and the ops they ran on the device
+    (key `LAUNCHES`); `counter` is entered around them."""
+    launches = counter.launches
     with counter, counter.stage() as found:
         for i in range(batches):
             run(i)
+    found[LAUNCHES] = counter.launches - launches
     return found
+
+
+LAUNCHES = "launches"
 
 
 def random_graph(num_nodes: int, mean_degree: int = 25, seed: int = 0) -> Any:
@@ -283,7 +302,7 @@ def stage_counts(data: Any, fanout: list[int], hidden: int, batches: int = 4) ->
     torch.manual_seed(0)
     cfg = ModelConfig(hidden_channels=hidden, num_layers=len(fanout), dropout=0.5)
     model = build_model(cfg, data.x.size(1), 47)
-    opt = torch.optim.Adam(model.parameters(), lr=0.003)
+    opt = torch.optim.Adam(model.parameters(), lr=0.003, fused=True)  # as a GPU job's
     counter.on_device(*model.parameters())
     stats = EpochStats()
 
@@ -295,7 +314,11 @@ def stage_counts(data: Any, fanout: list[int], hidden: int, batches: int = 4) ->
         stats.add(res.loss.detach(), res.correct, res.count, res.edges)
 
     found["training step"] = per_batch(step, counter, batches)
-    return {stage: (sum(c.values()) / batches, c) for stage, c in found.items()}
+    out = {}
+    for stage, c in found.items():
+        launches = c.pop(LAUNCHES, 0)
+        out[stage] = (sum(c.values()) / batches, c, launches / batches)
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -304,9 +327,10 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     data = random_graph(nodes)
     for name, (fanout, hidden) in WORKLOADS.items():
-        for stage, (per, ops) in stage_counts(data, fanout, hidden).items():
+        for stage, (per, ops, launches) in stage_counts(data, fanout, hidden).items():
             shown = ", ".join(f"{k} {v}" for k, v in sorted(ops.items()))
-            print(f"readbacks {name:<22} {stage:<20} {per:6.2f} per batch  ({shown})", flush=True)
+            print(f"readbacks {name:<22} {stage:<20} {per:6.2f} per batch  ({shown}); "
+                  f"{launches:.1f} ops on the device", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ and `step(model, batch) -> StepResult`. Everything else is shared:
 
 * the model is built with the same seed on every rank, moved to `source.device` and wrapped
   by `source.wrap` (itself, or DDP);
-* `optimizer`: `Optimizers` (Adam on the model + the tables' sparse optimizer);
+* `optimizer`: `Optimizers` (Adam on the model, fused on a GPU, + the tables' sparse
+  optimizer);
 * `evaluate(splits)`: THE evaluation seam, `{"val_acc": ..., "test_acc": ...}`. The evaluator
   is chosen once by `app.task.evaluate.choose_evaluator`: exact layer-wise full-neighbourhood
   inference (`train.eval_mode=layerwise`, node classification, models with a per-layer
@@ -51,7 +52,11 @@ class Task:
         # hetero: a batch need not touch every edge type, so some weights get no gradient
         self.model = source.wrap(self.bare, find_unused=self.schema.hetero)
         t = cfg.train
-        dense = torch.optim.Adam(self.bare.parameters(), lr=t.lr, weight_decay=t.weight_decay)
+        # fused on a GPU: a step's update in one or two kernels, not one per operation
+        fused = True if source.device.type == "cuda" else None
+        dense = torch.optim.Adam(
+            self.bare.parameters(), lr=t.lr, weight_decay=t.weight_decay, fused=fused
+        )
         self.optimizer = Optimizers(dense, self.tables)
         self.loaders: dict[str, DeviceLoader] = {
             s: DeviceLoader(self.loader(s), source.device, source.device_rows()) for s in SPLITS
