@@ -163,16 +163,19 @@ class PartitionSource(GraphSource):
         GPU (`app.distributed.resident`), within `train.gpu_feature_bytes`; built once, after
         the model (the default budget measures it). None on a CPU trainer (but under
         DISTGNN_KERNELS=torch, which runs the GPU path on the CPU), for heterogeneous graphs,
-        partitions with node times, or when no row fits."""
-        if self._device_rows is not False:
-            return self._device_rows
-        self._device_rows = None
-        cfg = self.cfg
-        on_device = self.device.type == "cuda" or kernels_forced() == "torch"
-        fs, gs = self.stores
-        attrs = fs.row_attrs(None)
-        if not on_device or self.part.is_hetero or attrs != fs.attr_names(None):  # node times
-            return None
+        partitions with node times or without node attributes, or when no row fits."""
+        if self._device_rows is False:
+            fs = self.stores[0]
+            attrs = fs.row_attrs(None)
+            on_device = self.device.type == "cuda" or kernels_forced() == "torch"
+            by_row = not self.part.is_hetero and attrs == fs.attr_names(None)  # no node times
+            held = on_device and by_row and bool(attrs)
+            self._device_rows = self._hold(attrs) if held else None
+        return self._device_rows
+
+    def _hold(self, attrs: list[str]) -> DeviceRows | None:
+        """The first rows of the resident order that fit the budget, copied to the device."""
+        cfg, (fs, gs) = self.cfg, self.stores
         fs.router = fs.router or self.router  # the caches fill over RPC
         fs.use_cache(cfg.sampler.feature_cache_size, gs, cfg.sampler.hot_cache_bytes)
         budget = cfg.train.gpu_feature_bytes
@@ -184,9 +187,7 @@ class PartitionSource(GraphSource):
         if k < total:
             index = ResidentRows(fs, gs, k)
         log.info("features: %d of %d partition and cache rows on %s", k, total, self.device)
-        if k:
-            self._device_rows = DeviceRows(index, attrs, self.device)
-        return self._device_rows
+        return DeviceRows(index, attrs, self.device) if k else None
 
     def node_loader(self, split: str, seeds: Tensor, node_type: str | None) -> TrainLoader:
         sampler, seeds = self._sampler(temporal=True), seeds.to(torch.int64)
