@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from app.config import ConfigError
-from app.placement import ddp_backend, resolve_device, trainer_device
+from app.placement import ddp_backend, resolve_device, trainer_device, trainers_per_gpu
 from app.task.device import DeviceLoader
 from app.task.local import LocalSource
 from app.task.node import NodeTask
@@ -53,6 +53,7 @@ def test_cpu_device_loader_passes_batches_through():
 def test_cpu_trainers_reduce_over_gloo(compose):
     cfg = compose("+experiment=smoke", "cluster.num_nodes=2")
     assert trainer_device(cfg, 1) == torch.device("cpu") and ddp_backend(cfg) == "gloo"
+    assert trainers_per_gpu(cfg) == 1
 
 
 @gpu
@@ -62,6 +63,7 @@ def test_more_trainers_than_gpus_share_them_round_robin(compose):
     cfg = compose("+experiment=smoke", "train.device=cuda", f"cluster.procs_per_node={gpus + 1}")
     assert trainer_device(cfg, gpus) == torch.device("cuda", 0)
     assert ddp_backend(cfg) == "gloo"  # NCCL refuses two ranks on one GPU
+    assert trainers_per_gpu(cfg) == 2  # the default feature budget is split between them
     own = compose("+experiment=smoke", "train.device=cuda")
     assert trainer_device(own, 0) == torch.device("cuda", 0)
     assert ddp_backend(own) == "cpu:gloo,cuda:nccl"
