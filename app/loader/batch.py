@@ -172,7 +172,7 @@ def assemble(batch: SampledBatch) -> Data | HeteroData:
             batch.sample, node_attrs=batch.node_attrs, edge_attrs=batch.edge_attrs, link=batch.link
         )
         if batch.resident is not None:  # rows its trainer holds: filled on its device
-            data[SLOT] = batch.resident.clamp(min=0).long()  # int32 on the wire
+            data[SLOT] = batch.resident.clamp(min=0)  # int32: index_select takes it
             data[MISS] = (batch.resident < 0).nonzero().view(-1)
         return data
 
