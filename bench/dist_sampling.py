@@ -156,7 +156,10 @@ def _graph_bytes(root: Path, part: int) -> tuple[int, int, int]:
     return path.stat().st_size, int(g["row"].numel()), wide
 
 
-def _launch(root: Path, workdir: Path, port: int, cache: int) -> dict[str, subprocess.Popen]:
+def _launch(
+    root: Path, workdir: Path, port: int, cache: int, module: str = "bench.dist_sampling"
+) -> dict[str, subprocess.Popen]:
+    """Both nodes' sampler process and trainer: `python -m <module> --child role node ...`."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     procs = {}
     for role, node in [("sampler", 0), ("sampler", 1), ("trainer", 0), ("trainer", 1)]:
@@ -164,7 +167,7 @@ def _launch(root: Path, workdir: Path, port: int, cache: int) -> dict[str, subpr
         cmd = [
             sys.executable,
             "-m",
-            "bench.dist_sampling",
+            module,
             "--child",
             role,
             str(node),
