@@ -19,6 +19,7 @@ BENCHES = [
     "model",  # trimmed, CSR-aggregating GraphSAGE step vs plain PyG
     "partition",  # METIS vs random, 2 and 4 parts, 200k nodes
     "dist_sampling",  # 2-partition distributed loader vs local loader, PSS
+    "resident",  # what a trainer holding its rows saves the data path (held vs sent)
     "embedding",  # DistEmbedding lookup / sparse update, 1 vs 2 partitions
     "e2e",  # end-to-end epochs, 1 and 2 local nodes
     "e2e_hetero_link",  # mag_hetero and products_link epochs

@@ -70,10 +70,10 @@ def test_a_pass_counts_what_the_sampler_sent_and_what_the_trainer_held(stores):
     assert got_b.fill_cpu_s > 0 and got_a.fill_cpu_s == 0 and got_a.host_copy_cpu_s > 0
     sa, sb = summarize(got_a), summarize(got_b)
     assert sa["hit_rate"] == 0 and sb["hit_rate"] == pytest.approx(sum(held) / got_b.nodes)
-    # what a device copy moves: the held rows (x: 6 float32, y: int64) less, an int64 slot
+    # what a device copy moves: the held rows (x: 6 float32, y: int64) less, an int32 slot
     # per node and the int64 position of each row sent more
     hits, sent = sum(held), got_b.ring_rows
-    assert got_b.copy_bytes == got_a.copy_bytes - 32 * hits + 8 * got_b.nodes + 8 * sent
+    assert got_b.copy_bytes == got_a.copy_bytes - 32 * hits + 4 * got_b.nodes + 8 * sent
     assert sb["sampler_cpu_per_batch"] > 0 and sb["batches_per_s"] > 0
     total = Pass(ring_bytes={"x": 0, "y": 0})
     total.add(got_a)
