@@ -41,7 +41,7 @@ class ResidentRows:
     """The first `k` rows of a partition's resident order (see the module docstring)."""
 
     def __init__(self, fs: FeatureStoreCore, gs: GraphStoreCore, k: int) -> None:
-        self.fs, self.k = fs, k
+        self.fs = fs
         owned = fs.num_rows(None)
         self.num_owned = min(owned, k)
         self.order: np.ndarray | None = None  # owned rows held, in slot order (None: all)
