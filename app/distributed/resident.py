@@ -37,6 +37,14 @@ BLOCK_ROWS = 1 << 20  # rows per host-to-device copy while the table is built
 SLOT_DTYPE = np.int32  # a table row: a GPU holds far fewer than 2**31 rows
 
 
+def holdable_attrs(fs: FeatureStoreCore) -> list[str]:
+    """The node attributes a trainer holds for its samplers: all of them, when the graph is
+    homogeneous and every one is stored by row (not by global id, as node times are); else
+    none (its batches carry every row)."""
+    attrs = fs.row_attrs(None)
+    return attrs if not fs.is_hetero and attrs == fs.attr_names(None) else []
+
+
 class ResidentRows:
     """The first `k` rows of a partition's resident order (see the module docstring)."""
 

@@ -37,7 +37,7 @@ from app.config import SamplerConfig
 from app.distributed import endpoints, rpc, wire
 from app.distributed.feature_store import FeatureStoreCore
 from app.distributed.graph_store import GraphStoreCore
-from app.distributed.resident import ResidentRows
+from app.distributed.resident import ResidentRows, holdable_attrs
 from app.distributed.routing import HopResult, merge_ragged, route, split_by_owner, take
 from app.sampler.kernel import STRATEGIES, Relabeler, derive_seed, hop_seed, sample_hop, warmup
 from app.sampler.output import Sample, SampledBatch
@@ -143,7 +143,7 @@ class DistNeighborSampler:
         self.router = router
         self.feature_store.router = self.feature_store.router or router
         self.feature_store.use_cache(o.feature_cache_size, self.graph_store, o.hot_cache_bytes)
-        if o.resident_rows and (self.graph_store.is_hetero or self.temporal):
+        if o.resident_rows and (self.temporal or not holdable_attrs(self.feature_store)):
             raise ValueError(
                 f"resident_rows={o.resident_rows}: a trainer holds rows of homogeneous graphs "
                 "without times only; leave resident_rows=0"

@@ -28,7 +28,7 @@ from app.distributed.feeding import feeding_for
 from app.distributed.graph_store import GraphStoreCore
 from app.distributed.group import trainer_router
 from app.distributed.inputs import Inputs, LinkInputs, NodeInputs
-from app.distributed.resident import DeviceRows, ResidentRows
+from app.distributed.resident import DeviceRows, ResidentRows, holdable_attrs
 from app.distributed.sampler import DistNeighborSampler, SamplerOptions
 from app.labels import check_labels
 from app.loader.device_features import auto_budget
@@ -163,13 +163,13 @@ class PartitionSource(GraphSource):
         GPU (`app.distributed.resident`), within `train.gpu_feature_bytes`; built once, after
         the model (the default budget measures it). None on a CPU trainer (but under
         DISTGNN_KERNELS=torch, which runs the GPU path on the CPU), for heterogeneous graphs,
-        partitions with node times or without node attributes, or when no row fits."""
+        partitions with node times or without node attributes, temporal sampling, or when no
+        row fits."""
         if self._device_rows is False:
-            fs = self.stores[0]
-            attrs = fs.row_attrs(None)
+            attrs = holdable_attrs(self.stores[0])
             on_device = self.device.type == "cuda" or kernels_forced() == "torch"
-            by_row = not self.part.is_hetero and attrs == fs.attr_names(None)  # no node times
-            held = on_device and by_row and bool(attrs)
+            temporal = self.cfg.sampler.time_attr is not None  # its samplers refuse held rows
+            held = on_device and not temporal and bool(attrs)
             self._device_rows = self._hold(attrs) if held else None
         return self._device_rows
 

@@ -118,11 +118,15 @@ def test_the_device_loader_fills_and_logs_the_hit_rate(graph, caplog):
     loader.close()
 
 
-def test_a_temporal_sampler_refuses_resident_rows(tmp_path):
+def test_a_partition_with_node_times_refuses_resident_rows(tmp_path):
     gen = torch.Generator().manual_seed(5)
     data = Data(x=torch.randn(50, 2, generator=gen), time=torch.arange(50), num_nodes=50,
                 edge_index=torch.randint(0, 50, (2, 200), generator=gen))  # fmt: skip
     partition_graph(data, tmp_path / "p", 1, method="random")
-    options = SamplerOptions([2], time_attr="time", resident_rows=5)
-    with pytest.raises(ValueError, match="resident_rows=5: a trainer holds rows of homogeneous"):
-        DistNeighborSampler(load_stores(str(tmp_path / "p"), 0), options=options)
+    stores = load_stores(str(tmp_path / "p"), 0)
+    for options in (  # temporal sampling; node times kept by id, which no table row holds
+        SamplerOptions([2], time_attr="time", resident_rows=5),
+        SamplerOptions([2], resident_rows=5),
+    ):
+        with pytest.raises(ValueError, match="resident_rows=5: a trainer holds rows of homo"):
+            DistNeighborSampler(stores, options=options)
