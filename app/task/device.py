@@ -63,15 +63,12 @@ class DeviceLoader:
             return batch
         if self.rows is not None:
             self.tally.add(batch)
-        if self.stream is None:
+        with torch.cuda.stream(self.stream):  # None (the CPU): no stream, nothing to copy
+            if self.stream is not None:  # a GPU sampler's tensors are there already
+                batch = batch.apply(_pinned).to(self.device, non_blocking=True)
             if self.rows is not None:
                 self.rows.fill(batch)
-            return batch
-        with torch.cuda.stream(self.stream):  # a GPU sampler's tensors are there already
-            batch = batch.apply(_pinned).to(self.device, non_blocking=True)
-            if self.rows is not None:
-                self.rows.fill(batch)
-            return batch
+        return batch
 
     def __iter__(self) -> Iterator[Any]:
         yield from self._pass()
