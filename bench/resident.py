@@ -48,7 +48,7 @@ from app.config import SamplerConfig
 from app.distributed.engine import BatchEngine, Schedule
 from app.distributed.feeding import Feeding
 from app.distributed.inputs import NodeInputs
-from app.distributed.resident import DeviceRows, ResidentRows
+from app.distributed.resident import DeviceRows, ResidentRows, holdable_attrs
 from app.distributed.sampler import DistNeighborSampler, SamplerOptions
 from app.loader.epochs import EpochBatching
 from app.sampler import stages
@@ -252,7 +252,7 @@ def _compare(ctx: Any, stores: Stores, router: Any, workdir: Path, node: int, ca
     from app.distributed.feeding import feeding_for
 
     fs, gs = stores
-    attrs = fs.row_attrs(None)
+    attrs = holdable_attrs(fs)  # what PartitionSource holds: every node attribute
 
     def feeding() -> Feeding:
         return feeding_for(ctx, 1, CONCURRENCY, RPC_TIMEOUT)
