@@ -18,11 +18,14 @@ equal to a duplicated seed mapping to its first copy), then each hop's new nodes
 first appearance, through a dense map int64[N] of -1 that is reset after each sample.
 
 On a GPU each size the host reads back (an output's length) waits for the stream to drain, so
-the host reads once per hop and once at the end (`bench.readbacks` counts them): a hop's count
-of new nodes comes with the next hop's degree sum and kept edge count, computed from the
-flagged entries before the frontier is compacted; relabelling scatters codes into the map
-instead of calling `torch.unique`, and compaction gathers or scatters to known sizes instead
-of indexing with bool masks.
+the host reads once before the first hop and once per hop (`bench.readbacks` counts them): a
+hop's count of new nodes comes with the next hop's degree sum and kept edge count, computed
+from the flagged entries before the frontier is compacted; relabelling scatters codes into the
+map instead of calling `torch.unique`, and compaction gathers or scatters to known sizes
+instead of indexing with bool masks. Each op is also a kernel the host launches, so the code
+keeps them few: segment ids come from `repeat_interleave` of the counts, a kept edge's local
+destination is its segment plus the frontier's first local id, and a hop's CSC positions are
+gathered only for the edges it keeps.
 
 Randomness comes from a torch generator per hop seeded with `hop_seed(seed, hop)`, so the same
 seed gives the same sample on the same device, but not the numba kernel's sample (another
@@ -88,41 +91,41 @@ def _generator(device: torch.device, seed: int) -> torch.Generator:
 def sample_hop(
     csc: TorchCSC, frontier: Tensor, k: int, seed: int, sizes: tuple[int, int] | None = None
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Up to k in-neighbours per frontier node without replacement: `(nbrs, epos, counts)`,
-    grouped by frontier node in frontier order (k < 0 takes all); `seed` is the hop's seed.
+    """Up to k in-neighbours per frontier node without replacement: `(nbrs, epos, seg)`,
+    grouped by frontier node in frontier order (k < 0 takes all); `seg` is each kept edge's
+    index in `frontier`, `seed` the hop's seed.
 
     `sizes` is `(sum of the frontier's degrees, edges kept)` when the caller read them already
     (`neighbor_sample` reads them with the previous hop's count); else they are read here, the
     hop's one read-back."""
     device = csc.device
     start = csc.colptr.index_select(0, frontier)
-    deg = csc.colptr.index_select(0, frontier + 1) - start
+    deg = csc.colptr[1:].index_select(0, frontier) - start
     take = deg if k < 0 else deg.clamp(max=k)
     total, kept = sizes if sizes is not None else _read(deg.sum(), take.sum())
     if total == 0 or k == 0:
         empty = torch.empty(0, dtype=torch.int64, device=device)
-        return empty, empty, torch.zeros_like(deg)
-    frontier_ids = torch.arange(frontier.numel(), device=device)
-    seg = torch.repeat_interleave(frontier_ids, deg, output_size=total)
+        return empty, empty, empty
+    seg = torch.repeat_interleave(deg, output_size=total)  # each entry's segment
     first = torch.cumsum(deg, 0) - deg  # each segment's first entry
+    if k < 0:
+        epos = torch.arange(total, device=device) + (start - first).index_select(0, seg)
+        return csc.row.index_select(0, epos), epos, seg
     pos = torch.arange(total, device=device) - first.index_select(0, seg)
-    epos = start.index_select(0, seg) + pos
-    if k > 0:
-        big = (deg > k).index_select(0, seg)
-        rand = torch.randint(
-            0, 1 << _KEY_BITS, (total,), generator=_generator(device, seed), device=device
-        )
-        keys = (seg << _KEY_BITS) | torch.where(big, rand, pos)
-        # segments stay where they were; only the order within each moves
-        epos = epos.index_select(0, torch.sort(keys).indices)
-        # the first take[s] entries of each segment s, gathered (no mask: its size is known)
-        kept_seg = torch.repeat_interleave(frontier_ids, take, output_size=kept)
-        taken_before = torch.cumsum(take, 0) - take
-        at = first - taken_before  # a kept entry sits at its index among the kept + its `at`
-        epos = epos.index_select(
-            0, torch.arange(kept, device=device) + at.index_select(0, kept_seg)
-        )
-    return csc.row.index_select(0, epos), epos, take
+    big = (deg > k).index_select(0, seg)
+    rand = torch.randint(
+        0, 1 << _KEY_BITS, (total,), generator=_generator(device, seed), device=device
+    )
+    # segments stay where they were; only the order within each moves
+    order = torch.sort((seg << _KEY_BITS) | torch.where(big, rand, pos)).indices
+    # the first take[s] entries of each segment s, gathered (no mask: their count is known);
+    # `skipped`: the entries of the segments before s that are not kept
+    seg = torch.repeat_interleave(take, output_size=kept)
+    dropped = deg - take
+    skipped = torch.cumsum(dropped, 0) - dropped
+    entry = order.index_select(0, torch.arange(kept, device=device) + skipped.index_select(0, seg))
+    epos = entry + (start - first).index_select(0, seg)
+    return csc.row.index_select(0, epos), epos, seg
 
 
 def _read(*values: Tensor) -> list[int]:
@@ -133,7 +136,7 @@ def _read(*values: Tensor) -> list[int]:
 def _next_sizes(csc: TorchCSC, nodes: Tensor, k: int, flag: Tensor | None = None) -> list[Tensor]:
     """[sum of degrees, edges a hop of fan-out k keeps] over the entries of `nodes` that
     `flag` marks (all if None): the next hop's sizes, before its frontier is compacted."""
-    deg = csc.colptr.index_select(0, nodes + 1) - csc.colptr.index_select(0, nodes)
+    deg = csc.colptr[1:].index_select(0, nodes) - csc.colptr.index_select(0, nodes)
     if flag is not None:
         deg = deg * flag
     return [deg.sum(), (deg if k < 0 else deg.clamp(max=k)).sum()]
@@ -142,35 +145,36 @@ def _next_sizes(csc: TorchCSC, nodes: Tensor, k: int, flag: Tensor | None = None
 def _relabel(scratch: Tensor, nbrs: Tensor, count: int) -> tuple[Tensor, Tensor, Tensor]:
     """Local ids of a hop's neighbours through the map `scratch` (-1: not sampled yet), each
     new node numbered from `count` in order of first appearance; the map is updated.
-    Returns `(local ids, flag of each new node's first entry, its rank among them)`.
+    Returns `(local ids, flag of each new node's first entry, the running count of flags)`.
 
-    Without `torch.unique` (a read-back): every entry scatters a code into the map with amin,
-    a sampled node its own id (the map keeps it), a new node `position - m - 1` (< -1), so a
-    new node's slot ends with its first entry's code; an entry whose code is in the slot is
-    that first one."""
+    Without `torch.unique` (a read-back), in two scatters into the map. First amin: a sampled
+    node's entries write its own id (the map keeps it), a new node's entry i writes the code
+    `i - m - 1` (< -1), so a new node's slot ends with its first entry's code, and an entry
+    whose code is in the slot is that first one. Then amax: a first entry writes its new id
+    (>= 0, above the code), every other entry what its slot holds already."""
     m = nbrs.numel()
     local = scratch.index_select(0, nbrs)
-    unseen = local < 0
-    code = torch.arange(m, device=nbrs.device) - (m + 1)
-    scratch.scatter_reduce_(0, nbrs, torch.where(unseen, code, local), "amin", include_self=False)
+    code = torch.arange(-(m + 1), -1, device=nbrs.device)
+    scratch.scatter_reduce_(
+        0, nbrs, torch.where(local < 0, code, local), "amin", include_self=False
+    )
     slot = scratch.index_select(0, nbrs)
-    first = unseen & (slot == code)
-    rank = torch.cumsum(first, 0) - 1
-    local = torch.where(unseen, count + rank.index_select(0, (slot + m + 1).clamp(0, m - 1)), local)
-    scratch.scatter_(0, nbrs, local)
-    return local, first, rank
+    first = slot == code
+    flags = torch.cumsum(first, 0)
+    scratch.scatter_reduce_(0, nbrs, torch.where(first, flags + (count - 1), slot), "amax")
+    return scratch.index_select(0, nbrs), first, flags
 
 
 def _pair(values: list[int]) -> tuple[int, int]:
     return values[0], values[1]
 
 
-def _compact(values: Tensor, flag: Tensor, rank: Tensor, n: int) -> Tensor:
-    """`values[flag]` where `n` flags are set and `rank` is their running count - 1, without a
-    bool mask (whose size the host would read back): each flagged value scattered to its rank,
-    the rest to a spare slot dropped after."""
+def _compact(values: Tensor, flag: Tensor, flags: Tensor, n: int) -> Tensor:
+    """`values[flag]` where `n` flags are set and `flags` is their running count, without a
+    bool mask (whose size the host would read back): each flagged value scattered to its
+    count, the rest to a spare slot 0 dropped after."""
     out = torch.empty(n + 1, dtype=values.dtype, device=values.device)
-    return out.scatter_(0, torch.where(flag, rank, n), values)[:n]
+    return out.scatter_(0, torch.where(flag, flags, 0), values)[1:]
 
 
 def neighbor_sample(
@@ -180,8 +184,9 @@ def neighbor_sample(
     no time): `(node, row_local, col_local, edge_ids, num_sampled_nodes, num_sampled_edges)`.
 
     `scratch` is `csc.scratch()` (left as -1 on return); edge ids are original ids (`perm`).
-    The host reads sizes back once per hop and once at the end: each read takes a hop's new
-    node count together with the next hop's degree sum and kept edge count.
+    The host reads sizes back once before the first hop and once per hop that draws an edge:
+    each read takes a hop's new node count together with the next hop's degree sum and kept
+    edge count; a hop with nothing to draw (fan-out 0, no in-edges) ends the sample.
     """
     device = csc.device
     _check_seeds(seeds, csc.num_nodes)
@@ -191,28 +196,31 @@ def neighbor_sample(
     scratch.scatter_reduce_(0, seeds, torch.arange(b, device=device), "amin", include_self=False)
     nodes, rows, cols, epos = [seeds], [], [], []
     nsn, nse = [b], []
-    count, frontier, begin = b, seeds, 0
+    count, frontier = b, seeds
     sizes = (0, 0)
     if num_neighbors:
         sizes = _pair(_read(*_next_sizes(csc, seeds, int(num_neighbors[0]))))
     for hop, k in enumerate(num_neighbors):
-        nbrs, ep, counts = sample_hop(csc, frontier, int(k), hop_seed(seed, hop), sizes)
-        frontier_ids = torch.arange(begin, count, device=device)
-        cols.append(torch.repeat_interleave(frontier_ids, counts, output_size=nbrs.numel()))
-        local, first, rank = _relabel(scratch, nbrs, count)
+        if sizes[0] == 0 or k == 0:  # no edge to draw, here or in any later hop
+            nsn += [0] * (len(num_neighbors) - hop)
+            nse += [0] * (len(num_neighbors) - hop)
+            break
+        nbrs, ep, seg = sample_hop(csc, frontier, int(k), hop_seed(seed, hop), sizes)
+        cols.append(seg + (count - frontier.numel()))  # the frontier's local ids start there
+        local, first, flags = _relabel(scratch, nbrs, count)
         if hop + 1 == len(num_neighbors):
-            (n_new,) = _read(first.sum())
+            (n_new,) = _read(flags[-1])
         else:
             k_next = int(num_neighbors[hop + 1])
-            n_new, *next_sizes = _read(first.sum(), *_next_sizes(csc, nbrs, k_next, first))
+            n_new, *next_sizes = _read(flags[-1], *_next_sizes(csc, nbrs, k_next, first))
             sizes = _pair(next_sizes)
-        new = _compact(nbrs, first, rank, n_new)
+        new = _compact(nbrs, first, flags, n_new)
         rows.append(local)
         epos.append(ep)
         nodes.append(new)
         nsn.append(n_new)
         nse.append(nbrs.numel())
-        begin, count, frontier = count, count + n_new, new
+        count, frontier = count + n_new, new
     node = torch.cat(nodes)
     scratch.index_fill_(0, node, -1)
     row, col = _cat(rows, device), _cat(cols, device)
