@@ -1,9 +1,10 @@
 """`DeviceLoader`: batches from a CPU loader, copied to the trainer's device one step ahead.
 
 Which device that is comes from `app.placement`. On cuda each batch is pinned and copied with
-`non_blocking=True` on a side stream while the previous step computes; the compute stream waits
-for the copy and the batch's tensors are recorded on it, so the caching allocator never reuses
-them early. On the CPU the loader is passed through unchanged.
+`non_blocking=True` on a side stream while the previous step computes; the side stream waits
+for what the compute stream queued before each pass (the resident table's copy), the compute
+stream waits for each copy, and the batch's tensors are recorded on it, so the caching
+allocator never reuses them early. On the CPU the loader is passed through unchanged.
 
 A distributed trainer that holds rows on its device (`app.distributed.resident.DeviceRows`)
 gets batches carrying only the other rows; each is filled there after its copy (on the CPU,
@@ -79,6 +80,8 @@ class DeviceLoader:
         if self.stream is None:
             yield from (self._copy(batch) for batch in self.loader)
             return
+        # the copies and fills read what the trainer's stream wrote (the resident table)
+        self.stream.wait_stream(torch.cuda.current_stream(self.device))
         batches = iter(self.loader)
         ahead = self._copy(next(batches, None))
         while ahead is not None:
