@@ -1,10 +1,11 @@
 """`DeviceLoader`: batches from a CPU loader, copied to the trainer's device one step ahead.
 
 Which device that is comes from `app.placement`. On cuda each batch is pinned and copied with
-`non_blocking=True` on a side stream while the previous step computes; the side stream waits
-for what the compute stream queued before each pass (the resident table's copy), the compute
-stream waits for each copy, and the batch's tensors are recorded on it, so the caching
-allocator never reuses them early. On the CPU the loader is passed through unchanged.
+`non_blocking=True` on a side stream while the previous step computes (a batch a GPU sampler
+built is taken once the step before it is queued); the side stream waits for what the compute
+stream queued before each pass (the resident table's copy), the compute stream waits for each
+copy, and the batch's tensors are recorded on it, so the caching allocator never reuses them
+early. On the CPU the loader is passed through unchanged and CUDA is never touched.
 
 A distributed trainer that holds rows on its device (`app.distributed.resident.DeviceRows`)
 gets batches carrying only the other rows; each is filled there after its copy (on the CPU,
@@ -15,6 +16,7 @@ logged after every pass.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -64,7 +66,9 @@ class DeviceLoader:
             return batch
         if self.rows is not None:
             self.tally.add(batch)
-        with torch.cuda.stream(self.stream):  # None (the CPU): no stream, nothing to copy
+        # the CPU: no stream, nothing to copy (`torch.cuda.stream(None)` would start CUDA on
+        # a machine that has it)
+        with nullcontext() if self.stream is None else torch.cuda.stream(self.stream):
             if self.stream is not None:  # a GPU sampler's tensors are there already
                 batch = batch.apply(_pinned).to(self.device, non_blocking=True)
             if self.rows is not None:
@@ -83,13 +87,22 @@ class DeviceLoader:
         # the copies and fills read what the trainer's stream wrote (the resident table)
         self.stream.wait_stream(torch.cuda.current_stream(self.device))
         batches = iter(self.loader)
-        ahead = self._copy(next(batches, None))
+        first = next(batches, None)
+        # a batch a GPU sampler built is taken after the step before it is queued: taking it
+        # queues a wait for its build (`SideStreams.hand_over`) that would hold up that step
+        host_built = first is not None and not first.is_cuda
+        ahead = self._copy(first)
         while ahead is not None:
             current = ahead
-            torch.cuda.current_stream(self.device).wait_stream(self.stream)
-            current.record_stream(torch.cuda.current_stream(self.device))
-            ahead = self._copy(next(batches, None))  # sampled + copied while `current` runs
-            yield current
+            compute = torch.cuda.current_stream(self.device)
+            compute.wait_stream(self.stream)
+            current.record_stream(compute)
+            if host_built:
+                ahead = self._copy(next(batches, None))  # sampled + copied while `current` runs
+                yield current
+            else:
+                yield current
+                ahead = self._copy(next(batches, None))
 
 
 def _pinned(t: torch.Tensor) -> torch.Tensor:

@@ -105,7 +105,12 @@ def test_when_not_all_fit_the_highest_in_degree_rows_are_held(graph):
     )  # all of it held: slot = row, no ranking
 
 
-def test_the_device_loader_fills_and_logs_the_hit_rate(graph, caplog):
+def test_the_device_loader_fills_and_logs_the_hit_rate(graph, caplog, monkeypatch):
+    def no_cuda(*args: object) -> None:
+        raise AssertionError("a CPU trainer touched CUDA (on a GPU machine: a context)")
+
+    monkeypatch.setattr(torch.cuda, "stream", no_cuda)
+    monkeypatch.setattr(torch.cuda, "current_stream", no_cuda)
     data, stores = graph
     rows = DeviceRows(ResidentRows(*stores, N // 2), ["x", "y"], torch.device("cpu"))
     loader = DeviceLoader(_engine(stores, N // 2), torch.device("cpu"), rows)
