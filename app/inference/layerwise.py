@@ -381,11 +381,14 @@ def _need(view: GraphView, net: LayerwiseNet) -> int:
 
 
 def _room(device: torch.device) -> int:
-    """Free bytes on `device` (host memory is where the buffers go anyway: unbounded)."""
+    """Free bytes on `device` less a tenth of the card, which the training steps after the
+    pass need for their activations while kept tables stay (as `auto_budget` leaves for the
+    features); host memory is where the buffers go anyway: unbounded."""
     if device.type != "cuda":
         return 1 << 62
-    free, _ = torch.cuda.mem_get_info(device)
-    return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    free, total = torch.cuda.mem_get_info(device)
+    cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    return free + cached - total // 10
 
 
 def _resident_inputs(view: GraphView, device: torch.device) -> dict[str, Tensor]:
@@ -608,16 +611,24 @@ class _Run:
             stop = min(start + self.chunk, mine.numel())
             lead = self.plan.mine_pos[ntype][start:stop]  # the targets' own rows
             at = lead.to(self.device)
-            inputs = {et: (rows[et[0]], self._block(et, start, stop, at, degrees)) for et in ets}
+            inputs = {
+                et: (rows[et[0]], self._block(et, start, stop, (at, lead), degrees)) for et in ets
+            }
             dest = sink.dest(lead) if in_place else None  # else the sinks are in host memory
             result = self.typed.layer(layer, rows[ntype], at, inputs, dest)
             sink.put(mine[start:stop], lead, result, dest)
 
     def _block(
-        self, et: EdgeType, start: int, stop: int, lead: Tensor, degrees: dict[EdgeType, Tensor]
+        self,
+        et: EdgeType,
+        start: int,
+        stop: int,
+        lead: tuple[Tensor, Tensor],
+        degrees: dict[EdgeType, Tensor],
     ) -> Block:
         """The in-edges of edge type `et` of the targets `mine[start:stop]` (at rows `lead` of
-        their type's buffer), over every row of the source type's buffer."""
+        their type's buffer: on the pass's device, and its host copy), over every row of the
+        source type's buffer."""
         crow, col = self.view.edges[et]
         lo, hi = int(crow[start]), int(crow[stop])
         src, pos_of = et[0], self.plan.pos_of[et[0]]
@@ -631,7 +642,7 @@ class _Run:
             cols,
             self.plan.local[src] + self.plan.fetch[src].numel(),
             degrees.get(et),
-            lead if et[0] == et[-1] else None,
+            *(lead if et[0] == et[-1] else (None, None)),
         )
 
     def _device_edges(self, et: EdgeType) -> tuple[Tensor, Tensor]:

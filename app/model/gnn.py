@@ -200,7 +200,8 @@ class Block:
     it fetched for the layer, so nothing is copied per chunk): layers aggregate before they
     transform, or `compact()` first. `src_degree` holds every source's in-degree in the FULL
     graph (GCN's normalisation; None for models without it): a target's in-edges are all in the
-    block, but a source's are not.
+    block, but a source's are not. `dst_host`: a host copy of a `dst` held on a GPU, which
+    the test for consecutive rows reads instead (reading `dst` there waits for the device).
     """
 
     def __init__(
@@ -210,21 +211,20 @@ class Block:
         n_src: int,
         src_degree: Tensor | None = None,
         dst: Tensor | None = None,
+        dst_host: Tensor | None = None,
     ) -> None:
         self.crow, self.col, self.n_src, self.src_degree = crow, col, n_src, src_degree
         self.n_dst = crow.numel() - 1
         self.dst = dst
         self._row: Tensor | None = None
-        self._dst_start = range_start(dst)
+        self._dst_start = range_start(dst if dst_host is None else dst_host)
 
     @property
     def row(self) -> Tensor:
         """Each edge's target row (built on first use: the mean path never needs it)."""
         if self._row is None:
             counts = self.crow[1:] - self.crow[:-1]
-            self._row = torch.repeat_interleave(
-                torch.arange(self.n_dst, device=counts.device), counts
-            )
+            self._row = torch.repeat_interleave(counts, output_size=self.col.numel())
         return self._row
 
     def mean(self, h: Tensor | SplitRows, out: Tensor | None = None) -> Tensor:

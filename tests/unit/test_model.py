@@ -232,3 +232,27 @@ def test_block_mean_reads_split_rows_in_place(index):
     assert torch.equal(block.targets(split), h[:6])
     with pytest.raises(ValueError, match="past the split's head"):
         Block(crow, col, 50, dst=torch.arange(18, 24)).targets(split)
+
+
+def test_a_block_on_the_device_reads_nothing_back(monkeypatch):
+    """Layer-wise inference on a GPU builds a block per chunk and layer: its mean, its
+    targets' rows and its edges' rows read nothing back from the device (counted on the CPU,
+    the torch path's tensors marked as there), the range test reading the host copy of `dst`."""
+    from bench.readbacks import ReadBacks
+
+    monkeypatch.setenv("DISTGNN_KERNELS", "torch")
+    gen = torch.Generator().manual_seed(5)
+    counts = torch.tensor([3, 0, 5, 1, 0, 40])
+    crow = torch.cat([torch.zeros(1, dtype=torch.long), counts.cumsum(0)])
+    col = torch.randint(0, 50, (int(counts.sum()),), generator=gen)
+    h, lead = torch.randn(50, 7, generator=gen), torch.arange(10, 16)
+    want = Block(crow, col, 50, dst=lead)
+    dst = lead.clone()
+    counter = ReadBacks("cpu")
+    counter.on_device(crow, col, dst, h)
+    with counter:
+        block = Block(crow, col, 50, dst=dst, dst_host=lead)
+        mean, targets, row = block.mean(h), block.targets(h), block.row
+    assert counter.counts == {}, counter.counts
+    assert torch.equal(mean, want.mean(h)) and torch.equal(targets, h[10:16])
+    assert torch.equal(row, torch.repeat_interleave(torch.arange(6), counts))

@@ -29,12 +29,11 @@ def spmm(crow: Tensor, col: Tensor, val: Tensor, h: Tensor, n_rows: int) -> Tens
 
 
 def csr_mean(crow: Tensor, col: Tensor, head: Tensor, tail: Tensor, out: Tensor) -> Tensor:
-    n = crow.numel() - 1
     degree = crow[1:] - crow[:-1]
     if not col.numel():
         return out.zero_()
     src = head if not tail.numel() else torch.cat([head, tail])
-    rows = torch.repeat_interleave(torch.arange(n, device=crow.device), degree)
+    rows = torch.repeat_interleave(degree, output_size=col.numel())  # sized: no read-back
     val = (1.0 / degree.clamp(min=1).to(src.dtype))[rows]
     return out.copy_(_sparse(crow, col, val, src.size(0)) @ src)
 
