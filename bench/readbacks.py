@@ -259,7 +259,7 @@ def stage_counts(data: Any, fanout: list[int], hidden: int, batches: int = 4) ->
 
     from app.config import KERNELS_ENV, ModelConfig
     from app.loader.batch import LocalGather, to_data
-    from app.loader.device_features import DeviceFeatures
+    from app.loader.device_features import DeviceFeatures, whole_attrs
     from app.model.registry import build_model
     from app.sampler.neighbor import NeighborSampler
     from app.task.metrics import EpochStats
@@ -287,13 +287,14 @@ def stage_counts(data: Any, fanout: list[int], hidden: int, batches: int = 4) ->
         "features (whole)": DeviceFeatures(data.x, cpu, 1 << 62),
         "features (partial)": DeviceFeatures(data.x, cpu, row_bytes * data.num_nodes // 4, degree),
     }
-    labels = DeviceFeatures(data.y, cpu, 1 << 62)
-    for rows in (*stores.values(), labels):
+    # labels and masks held whole, as a job sampling on its device holds them
+    held = {key: DeviceFeatures(data[key], cpu, 1 << 62) for key in whole_attrs(data)}
+    for rows in (*stores.values(), *held.values()):
         counter.on_device(*(t for t in (rows.cache, rows.slot) if t is not None))
     for what, rows in stores.items():
-        gather = LocalGather(data, {"x": rows, "y": labels})
+        gather = LocalGather(data, {"x": rows, **held})
         found[what] = per_batch(lambda i, g=gather: g(outs[i]), counter, batches)
-    gather = LocalGather(data, {"x": stores["features (whole)"], "y": labels})
+    gather = LocalGather(data, {"x": stores["features (whole)"], **held})
     attrs = [gather(out)[0] for out in outs]
     built: list[Any] = []
     found["assembly"] = per_batch(

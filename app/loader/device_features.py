@@ -6,9 +6,9 @@ and a batch is one `index_select` there. Otherwise the rows of the nodes a sampl
 (the highest degree: a node is drawn as a neighbour once per out-edge) are cached on the device
 and the rest gathered from host memory (pinned where CUDA exists, so the copy is asynchronous;
 the host reads the ids it gathers back in one copy, the gather's one wait for the device);
-hits and misses are counted on the device and read only when the hit rate is asked for; each
-sampling thread counts in its own tensor (threads build batches on streams of their own, and
-two streams adding to one tensor would lose counts).
+a partial cache's hits and misses are counted on the device and read only when the hit rate is
+asked for (a whole copy always hits); each sampling thread counts in its own tensor (threads
+build batches on streams of their own, and two streams adding to one tensor would lose counts).
 On the CPU the "device" is the host and the same code runs, which is how it is tested.
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -67,11 +68,10 @@ class DeviceFeatures:
     def __call__(self, index: Tensor) -> Tensor:
         """`values[index]` on the device (`index` on any device)."""
         index = index.to(self.device, non_blocking=True)
+        if self.slot is None:  # every row a hit: nothing to count
+            return self.cache.index_select(0, index)
         counts = self._count()
         counts[1] += index.numel()
-        if self.slot is None:
-            counts[0] += index.numel()
-            return self.cache.index_select(0, index)
         slot = self.slot[index]
         hit = slot >= 0
         counts[0] += hit.sum()
@@ -110,6 +110,21 @@ class DeviceFeatures:
                 "%s: %d of %d rows on %s, hit rate %.3f",
                 what, self.cached_rows, self.num_rows, self.device, self.hit_rate(),
             )  # fmt: skip
+
+
+def whole_attrs(data: Any) -> list[str]:
+    """The node attributes of a homogeneous graph besides `x` that a job sampling on its device
+    holds there whole: `y`, and every one of at most 8 bytes per node (split masks, ids,
+    times), a small fraction of the CSC the device holds anyway. A batch then gathers them
+    there, and reads no ids back unless a wider attribute stays in host memory."""
+    keys = []
+    for key in data.node_attrs():
+        value = data[key]
+        if key == "x" or not isinstance(value, Tensor) or value.dim() == 0:
+            continue
+        if key == "y" or value[:1].numel() * value.element_size() <= 8:
+            keys.append(key)
+    return keys
 
 
 def auto_budget(device: torch.device, reserve_factor: int = 4) -> int:

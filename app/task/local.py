@@ -148,18 +148,18 @@ class LocalSource(GraphSource):
         return self._sampler if self._sampler.tensors is not None else None
 
     def _features(self, device: torch.device) -> dict[str, Any]:
-        """`x` (within `train.gpu_feature_bytes`, hottest rows first) and `y` for batches built
-        on `device`, made once for every split (after the model is there: the auto budget
-        measures it)."""
+        """`x` (within `train.gpu_feature_bytes`, hottest rows first), `y` and the other narrow
+        node attributes (`whole_attrs`: the split masks) for batches built on `device`, made
+        once for every split (after the model is there: the auto budget measures it)."""
         if self._rows is None:
-            from app.loader.device_features import DeviceFeatures, auto_budget
+            from app.loader.device_features import DeviceFeatures, auto_budget, whole_attrs
 
             d, budget = self.data, self.cfg.train.gpu_feature_bytes
             budget = auto_budget(device) if budget < 0 else budget
             degree = torch.bincount(d.edge_index[0], minlength=d.num_nodes)
             self._rows = {"x": DeviceFeatures(d.x, device, budget, degree)}
-            if d.get("y") is not None:
-                self._rows["y"] = DeviceFeatures(d.y, device, 1 << 62)
+            for key in whole_attrs(d):  # labels, masks: no host gather, no ids read back
+                self._rows[key] = DeviceFeatures(d[key], device, 1 << 62)
             x = self._rows["x"]
             log.info("features: %d of %d rows on %s", x.cached_rows, x.num_rows, device)
         return self._rows

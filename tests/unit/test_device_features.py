@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from app.config import KERNELS_ENV, Config, DatasetConfig, ModelConfig, validate
-from app.loader.device_features import DeviceFeatures, auto_budget
+from app.loader.device_features import DeviceFeatures, auto_budget, whole_attrs
 from app.task.local import LocalSource
 from bench.readbacks import ReadBacks
 from tests.helpers.toy import toy_graph
@@ -109,6 +109,35 @@ def test_host_held_attributes_read_a_gpu_samples_ids_back_once_for_all(x):
     assert counter.counts == {"cpu()": 1} and edges == {}
     for key, value in {**masks, "x": x, "y": data.y}.items():
         assert torch.equal(nodes[key], value[node]), key
+
+
+def test_a_job_sampling_on_its_device_holds_narrow_attributes_and_reads_no_ids_back(x):
+    """`whole_attrs`: labels and every node attribute of at most 8 bytes per node (masks,
+    times) are held whole where the batches are built; wider ones stay on the host. With
+    them held, a gather from a whole copy of `x` reads nothing back."""
+    from torch_geometric.data import Data
+    from torch_geometric.sampler import SamplerOutput
+
+    from app.loader.batch import LocalGather
+
+    masks = {f"{split}_mask": torch.arange(N) % 3 == i for i, split in enumerate("abc")}
+    data = Data(x=x, y=torch.arange(N) % 5, edge_index=torch.zeros(2, 0, dtype=torch.long),
+                num_nodes=N, time=torch.arange(N, dtype=torch.float64), **masks)  # fmt: skip
+    assert sorted(whole_attrs(data)) == sorted(["y", "time", *masks])
+    data.wide = torch.ones(N, 3)  # 12 bytes a node: gathered on the host
+    assert "wide" not in whole_attrs(data)
+    del data.wide
+    features = {"x": DeviceFeatures(x, CPU, 1 << 40)}
+    features.update({k: DeviceFeatures(data[k], CPU, 1 << 62) for k in whole_attrs(data)})
+    node = torch.tensor([5, 0, 77, 5])
+    empty = torch.zeros(0, dtype=torch.long)
+    counter = ReadBacks(CPU)
+    counter.on_device(node, *(f.cache for f in features.values()))
+    with counter:
+        nodes, _ = LocalGather(data, features)(SamplerOutput(node, empty, empty, empty))
+    assert counter.counts == {}
+    for key in ("x", "y", "time", *masks):
+        assert torch.equal(nodes[key], data[key][node]), key
 
 
 def test_bad_budgets_are_refused(x):
