@@ -258,8 +258,8 @@ def stage_counts(data: Any, fanout: list[int], hidden: int, batches: int = 4) ->
     from torch_geometric.sampler import NodeSamplerInput
 
     from app.config import KERNELS_ENV, ModelConfig
-    from app.loader.batch import LocalGather, to_data
-    from app.loader.device_features import DeviceFeatures, whole_attrs
+    from app.loader.batch import LocalGather, to_data, whole_attrs
+    from app.loader.device_features import DeviceFeatures
     from app.model.registry import build_model
     from app.sampler.neighbor import NeighborSampler
     from app.task.metrics import EpochStats

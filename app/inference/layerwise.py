@@ -612,7 +612,7 @@ class _Run:
             lead = self.plan.mine_pos[ntype][start:stop]  # the targets' own rows
             at = lead.to(self.device)
             inputs = {
-                et: (rows[et[0]], self._block(et, start, stop, (at, lead), degrees)) for et in ets
+                et: (rows[et[0]], self._block(et, start, stop, at, lead, degrees)) for et in ets
             }
             dest = sink.dest(lead) if in_place else None  # else the sinks are in host memory
             result = self.typed.layer(layer, rows[ntype], at, inputs, dest)
@@ -623,12 +623,13 @@ class _Run:
         et: EdgeType,
         start: int,
         stop: int,
-        lead: tuple[Tensor, Tensor],
+        at: Tensor,
+        lead: Tensor,
         degrees: dict[EdgeType, Tensor],
     ) -> Block:
         """The in-edges of edge type `et` of the targets `mine[start:stop]` (at rows `lead` of
-        their type's buffer: on the pass's device, and its host copy), over every row of the
-        source type's buffer."""
+        their type's buffer; `at`: `lead` on the pass's device), over every row of the source
+        type's buffer."""
         crow, col = self.view.edges[et]
         lo, hi = int(crow[start]), int(crow[stop])
         src, pos_of = et[0], self.plan.pos_of[et[0]]
@@ -642,7 +643,8 @@ class _Run:
             cols,
             self.plan.local[src] + self.plan.fetch[src].numel(),
             degrees.get(et),
-            *(lead if et[0] == et[-1] else (None, None)),
+            dst=at if et[0] == et[-1] else None,
+            dst_host=lead if et[0] == et[-1] else None,
         )
 
     def _device_edges(self, et: EdgeType) -> tuple[Tensor, Tensor]:

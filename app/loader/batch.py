@@ -247,6 +247,18 @@ def _keys(store, node: bool) -> list[str]:
     return keys
 
 
+def whole_attrs(data: Data) -> list[str]:
+    """The node attributes besides `x` that a job sampling on its device holds there whole
+    (`DeviceFeatures` for `LocalGather`): `y`, and every one of at most 8 bytes per node (split
+    masks, ids, times), a small fraction of the CSC the device holds anyway. A batch then
+    gathers them there, and reads no ids back unless a wider attribute stays in host memory."""
+    return [
+        key
+        for key in _keys(data._store, node=True)
+        if key != "x" and (key == "y" or data[key][:1].numel() * data[key].element_size() <= 8)
+    ]
+
+
 def _host(index: Tensor | None, wanted: bool) -> Tensor | None:
     """`index` on the host when host-held attributes are gathered with it (`wanted`): a GPU
     sampler's ids read back once for all of them (each `index.to(host)` would wait for the

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -110,21 +109,6 @@ class DeviceFeatures:
                 "%s: %d of %d rows on %s, hit rate %.3f",
                 what, self.cached_rows, self.num_rows, self.device, self.hit_rate(),
             )  # fmt: skip
-
-
-def whole_attrs(data: Any) -> list[str]:
-    """The node attributes of a homogeneous graph besides `x` that a job sampling on its device
-    holds there whole: `y`, and every one of at most 8 bytes per node (split masks, ids,
-    times), a small fraction of the CSC the device holds anyway. A batch then gathers them
-    there, and reads no ids back unless a wider attribute stays in host memory."""
-    keys = []
-    for key in data.node_attrs():
-        value = data[key]
-        if key == "x" or not isinstance(value, Tensor) or value.dim() == 0:
-            continue
-        if key == "y" or value[:1].numel() * value.element_size() <= 8:
-            keys.append(key)
-    return keys
 
 
 def auto_budget(device: torch.device, reserve_factor: int = 4) -> int:

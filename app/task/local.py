@@ -152,7 +152,8 @@ class LocalSource(GraphSource):
         node attributes (`whole_attrs`: the split masks) for batches built on `device`, made
         once for every split (after the model is there: the auto budget measures it)."""
         if self._rows is None:
-            from app.loader.device_features import DeviceFeatures, auto_budget, whole_attrs
+            from app.loader.batch import whole_attrs
+            from app.loader.device_features import DeviceFeatures, auto_budget
 
             d, budget = self.data, self.cfg.train.gpu_feature_bytes
             budget = auto_budget(device) if budget < 0 else budget

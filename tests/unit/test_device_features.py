@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from app.config import KERNELS_ENV, Config, DatasetConfig, ModelConfig, validate
-from app.loader.device_features import DeviceFeatures, auto_budget, whole_attrs
+from app.loader.device_features import DeviceFeatures, auto_budget
 from app.task.local import LocalSource
 from bench.readbacks import ReadBacks
 from tests.helpers.toy import toy_graph
@@ -86,58 +86,51 @@ def test_a_gather_reads_back_once_from_a_partial_cache_and_never_from_a_whole_co
         assert found == expected and torch.equal(out, x[idx])
 
 
-def test_host_held_attributes_read_a_gpu_samples_ids_back_once_for_all(x):
-    """A job's graph keeps its split masks on the host: the batch's ids come back once for
-    all of them (not once per attribute), and the gathered rows are the graph's."""
+MASKS = [f"{split}_mask" for split in "abc"]
+
+
+def _gathered(x: torch.Tensor, held: list[str], **more: torch.Tensor):
+    """A graph with `x`, `y`, three split masks and `more`; the rows a `LocalGather` with `x`
+    and `held` on the "device" gathers for a GPU sample's ids, and the read-backs it made."""
     from torch_geometric.data import Data
     from torch_geometric.sampler import SamplerOutput
 
     from app.loader.batch import LocalGather
 
-    masks = {f"{split}_mask": torch.arange(N) % 3 == i for i, split in enumerate("abc")}
+    masks = {key: torch.arange(N) % 3 == i for i, key in enumerate(MASKS)}
     data = Data(x=x, y=torch.arange(N) % 5, edge_index=torch.zeros(2, 0, dtype=torch.long),
-                num_nodes=N, **masks)  # fmt: skip
-    features = {"x": DeviceFeatures(x, CPU, 1 << 40), "y": DeviceFeatures(data.y, CPU, 1 << 40)}
-    gather = LocalGather(data, features)
+                num_nodes=N, **masks, **more)  # fmt: skip
+    features = {"x": DeviceFeatures(x, CPU, 1 << 40)}
+    features.update({k: DeviceFeatures(data[k], CPU, 1 << 62) for k in held})
     node = torch.tensor([5, 0, 77, 5])
     empty = torch.zeros(0, dtype=torch.long)
-    out = SamplerOutput(node, empty, empty, empty)
     counter = ReadBacks(CPU)
     counter.on_device(node, *(f.cache for f in features.values()))
     with counter:
-        nodes, edges = gather(out)
-    assert counter.counts == {"cpu()": 1} and edges == {}
-    for key, value in {**masks, "x": x, "y": data.y}.items():
-        assert torch.equal(nodes[key], value[node]), key
+        nodes, edges = LocalGather(data, features)(SamplerOutput(node, empty, empty, empty))
+    assert edges == {}
+    for key in ("x", "y", *MASKS, *more):
+        assert torch.equal(nodes[key], data[key][node]), key
+    return data, counter.counts
+
+
+def test_host_held_attributes_read_a_gpu_samples_ids_back_once_for_all(x):
+    """Split masks kept on the host: the batch's ids come back once for all of them (not once
+    per attribute), and the gathered rows are the graph's."""
+    assert _gathered(x, ["y"])[1] == {"cpu()": 1}
 
 
 def test_a_job_sampling_on_its_device_holds_narrow_attributes_and_reads_no_ids_back(x):
     """`whole_attrs`: labels and every node attribute of at most 8 bytes per node (masks,
     times) are held whole where the batches are built; wider ones stay on the host. With
     them held, a gather from a whole copy of `x` reads nothing back."""
-    from torch_geometric.data import Data
-    from torch_geometric.sampler import SamplerOutput
+    from app.loader.batch import whole_attrs
 
-    from app.loader.batch import LocalGather
-
-    masks = {f"{split}_mask": torch.arange(N) % 3 == i for i, split in enumerate("abc")}
-    data = Data(x=x, y=torch.arange(N) % 5, edge_index=torch.zeros(2, 0, dtype=torch.long),
-                num_nodes=N, time=torch.arange(N, dtype=torch.float64), **masks)  # fmt: skip
-    assert sorted(whole_attrs(data)) == sorted(["y", "time", *masks])
+    held = ["y", "time", *MASKS]
+    data, counts = _gathered(x, held, time=torch.arange(N, dtype=torch.float64))
+    assert sorted(whole_attrs(data)) == sorted(held) and counts == {}
     data.wide = torch.ones(N, 3)  # 12 bytes a node: gathered on the host
     assert "wide" not in whole_attrs(data)
-    del data.wide
-    features = {"x": DeviceFeatures(x, CPU, 1 << 40)}
-    features.update({k: DeviceFeatures(data[k], CPU, 1 << 62) for k in whole_attrs(data)})
-    node = torch.tensor([5, 0, 77, 5])
-    empty = torch.zeros(0, dtype=torch.long)
-    counter = ReadBacks(CPU)
-    counter.on_device(node, *(f.cache for f in features.values()))
-    with counter:
-        nodes, _ = LocalGather(data, features)(SamplerOutput(node, empty, empty, empty))
-    assert counter.counts == {}
-    for key in ("x", "y", "time", *masks):
-        assert torch.equal(nodes[key], data[key][node]), key
 
 
 def test_bad_budgets_are_refused(x):
